@@ -1,0 +1,1 @@
+"""``air-migrate``: rewrite ``serverless_gpu`` and ``TorchDistributor`` code to ``@distributed``."""

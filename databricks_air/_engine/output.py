@@ -1,0 +1,90 @@
+"""Where rank output goes: a per-rank log file always, and the caller's ``sys.stdout``/``sys.stderr`` live.
+
+By default only rank 0 is shown, exactly as written (a ``\\r`` progress bar animates, and the text lands in the
+notebook cell because it is written to ``sys.stdout``, not to the kernel's file descriptor). With
+``show_all_ranks`` every rank is shown, each line prefixed ``[rank N]``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+from typing import Dict, List, Optional, TextIO
+
+_TAIL_BYTES = 256 * 1024
+
+
+class RankOutput:
+    """Output of one rank: two pipes in, one log file and (maybe) the caller's streams out."""
+
+    def __init__(self, rank: int, log_path: str, echo: bool, prefix: Optional[str]) -> None:
+        self.rank = rank
+        self.log_path = log_path
+        self._log = open(log_path, "ab", buffering=0)
+        self._echo = echo
+        self._prefix = prefix
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
+        self._at_line_start = {"stdout": True, "stderr": True}
+
+    def feed(self, stream_name: str, data: bytes) -> None:
+        """Record ``data`` read from the rank's ``stream_name`` ("stdout" or "stderr")."""
+        self._log.write(data)
+        if self._echo:
+            self._show(stream_name, self._decoders[stream_name].decode(data))
+
+    def finish(self) -> None:
+        """Flush what is left (a last line without newline) and close the log file."""
+        if self._echo:
+            for name, decoder in self._decoders.items():
+                rest = decoder.decode(b"", final=True)
+                if rest:
+                    self._show(name, rest)
+                if self._prefix and not self._at_line_start[name]:
+                    self._show(name, "\n")
+        self._log.close()
+
+    def _show(self, stream_name: str, text: str) -> None:
+        if not text:
+            return
+        target: TextIO = sys.stdout if stream_name == "stdout" else sys.stderr
+        if self._prefix:
+            text = self._prefixed(stream_name, text)
+        target.write(text)
+        target.flush()
+
+    def _prefixed(self, stream_name: str, text: str) -> str:
+        pieces: List[str] = []
+        for line in text.splitlines(keepends=True):
+            if self._at_line_start[stream_name]:
+                pieces.append(self._prefix or "")
+            pieces.append(line)
+            self._at_line_start[stream_name] = line.endswith("\n")
+        return "".join(pieces)
+
+
+def make_outputs(log_dir: str, world_size: int, show_all_ranks: bool) -> Dict[int, RankOutput]:
+    """One :class:`RankOutput` per rank, logging to ``<log_dir>/rank_<r>.txt``."""
+    return {
+        rank: RankOutput(
+            rank,
+            os.path.join(log_dir, f"rank_{rank}.txt"),
+            echo=show_all_ranks or rank == 0,
+            prefix=f"[rank {rank}] " if show_all_ranks else None,
+        )
+        for rank in range(world_size)
+    }
+
+
+def log_tail(log_path: str, lines: int = 50) -> str:
+    """The last ``lines`` lines of a rank's log (decoded leniently)."""
+    try:
+        with open(log_path, "rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            size = stream.tell()
+            stream.seek(max(0, size - _TAIL_BYTES))
+            data = stream.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])

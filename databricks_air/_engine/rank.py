@@ -1,0 +1,143 @@
+"""The code that runs inside each rank process.
+
+A rank is either forked from the rank server (which has torch imported but never touched CUDA) or, with
+``DATABRICKS_AIR_START_METHOD=spawn``, a brand-new interpreter running ``python -m databricks.air._engine.rank``.
+Either way it reproduces the caller's environment, working directory and ``sys.path``, loads the function and its
+arguments, calls it, and writes what it returned (or how it failed) to ``result_<rank>.bin``.
+
+Exit status: 0 after a returned value, 1 after a failure record. A rank that dies before writing its record is
+reported by the caller from its exit status alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict
+
+import cloudpickle
+
+from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine.values import read_value_file, write_value_file
+
+
+def apply_setup(files: CallFiles, rank: int) -> None:
+    """Reproduce the caller's environment, working directory and ``sys.path`` in this process."""
+    setup = files.read_setup()
+    environ = dict(setup.environ)
+    environ.update(setup.rank_environ[rank])
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.path[:] = setup.sys_path
+    os.chdir(setup.cwd)
+    _apply_thread_count()
+    _reseed_inherited_generators()
+
+
+def _apply_thread_count() -> None:
+    # A forked rank inherits OpenMP's thread count from the rank server, which read OMP_NUM_THREADS when torch
+    # loaded; apply this call's value explicitly.
+    torch = sys.modules.get("torch")
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and value.isdigit() and int(value) > 0:
+        torch.set_num_threads(int(value))
+
+
+def _reseed_inherited_generators() -> None:
+    # Python's `random` reseeds itself after fork; numpy's global generator does not, and fresh interpreters
+    # would each start from their own entropy.
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def failure_record(error: BaseException, kind: str) -> Dict[str, Any]:
+    """Describe a failure so the caller can rebuild it (the exception itself travels when it pickles)."""
+    error_type = type(error)
+    record: Dict[str, Any] = {
+        "ok": False,
+        "kind": kind,
+        "type": f"{error_type.__module__}.{error_type.__qualname__}",
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(error_type, error, error.__traceback__)),
+        "time": time.time(),
+        "exception": None,
+    }
+    try:
+        # Pickled on its own: a class the caller cannot import must not make the whole record unreadable.
+        record["exception"] = cloudpickle.dumps(error)
+    except Exception:
+        pass
+    return record
+
+
+def run_function(files: CallFiles, rank: int) -> int:
+    """Load and call the function, write its record; return this rank's exit status."""
+    try:
+        with open(files.function, "rb") as stream:
+            function = cloudpickle.load(stream)
+        args, kwargs = read_value_file(files.arguments)
+        value = function(*args, **kwargs)
+    except SystemExit as error:
+        record = failure_record(error, "exit")
+        record["message"] = f"the function called sys.exit({error.code!r}) before returning"
+    except KeyboardInterrupt as error:
+        record = failure_record(error, "interrupted")
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the caller
+        record = failure_record(error, "raised")
+        sys.stderr.write(record["traceback"])
+    else:
+        try:
+            write_value_file({"ok": True, "value": value}, files.result(rank))
+            return 0
+        except Exception as error:  # noqa: BLE001
+            record = failure_record(error, "unpicklable-result")
+            record["message"] = (
+                f"the return value of rank {rank} (a {type(value).__module__}.{type(value).__qualname__}) "
+                f"cannot be pickled: {error}"
+            )
+            sys.stderr.write(f"databricks.air: {record['message']}\n")
+    _write_failure(files, rank, record)
+    return 1
+
+
+def _write_failure(files: CallFiles, rank: int, record: Dict[str, Any]) -> None:
+    write_value_file(record, files.result(rank))
+
+
+def finish(status: int) -> None:
+    """End the rank like an interpreter would (threads joined, ``atexit`` run), but never return to the server."""
+    try:
+        shutdown_threads = getattr(threading, "_shutdown", None)
+        if shutdown_threads is not None and threading.current_thread() is threading.main_thread():
+            shutdown_threads()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    finally:
+        os._exit(status)
+
+
+def main(call_dir: str, rank: int) -> None:
+    """Run one rank to completion and exit the process."""
+    faulthandler.enable()
+    files = CallFiles(call_dir)
+    status = 1
+    try:
+        apply_setup(files, rank)
+        status = run_function(files, rank)
+    except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
+        record = failure_record(error, "raised")
+        sys.stderr.write(record["traceback"])
+        _write_failure(files, rank, record)
+    finish(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,265 @@
+"""The rank server: a fresh interpreter, started by the caller, that imports torch once and forks ranks from it.
+
+Why: a fresh ``python`` that imports torch costs about 1.4 s, per rank, per call. Forking the *caller* would be
+instant but unsafe (a notebook may have initialised CUDA, and ranks would re-run nothing of its state cleanly).
+The server is a clean interpreter that imported torch without touching CUDA, so a forked rank is as good as a new
+interpreter and starts in milliseconds. It is the same idea as ``multiprocessing``'s forkserver, but the server
+also owns the ranks' lifecycle: each rank gets its own session (so its whole process tree can be signalled),
+``PR_SET_PDEATHSIG``, and the caller's stdout/stderr pipes; and when the caller goes away (the control socket
+reaches EOF, even after a SIGKILL) the server kills every rank's process group before it exits.
+
+Protocol: one ``AF_UNIX``/``SOCK_SEQPACKET`` socket; each message is a pickled dict, with file descriptors
+attached where noted.
+
+* caller → server ``{"op": "spawn", "call_dir", "ranks", "exec"}`` + ``[stdout, stderr]`` write ends per rank;
+  answered by ``{"op": "spawned", "pids"}``.
+* caller → server ``{"op": "store", "world_size", "port", "timeout"}``: fork a process hosting the rendezvous
+  ``TCPStore``; answered by ``{"op": "store", "pid", "port"}`` or ``{"op": "error", "message"}``.
+* server → caller ``{"op": "exit", "pid", "status"}`` whenever a child ends (status as ``Popen.returncode``).
+* server → caller ``{"op": "ready", "pid"}`` once preloading is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import sys
+from typing import Dict, List, Optional, Tuple
+
+MAX_MESSAGE = 1 << 20
+MAX_FDS = 512
+_PR_SET_PDEATHSIG = 1
+
+
+def send(sock: socket.socket, message: dict, fds: Optional[List[int]] = None) -> None:
+    """Send one message (and file descriptors) over the control socket."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.sendall(data)
+
+
+def receive(sock: socket.socket) -> Tuple[Optional[dict], List[int]]:
+    """Receive one message; ``(None, [])`` at EOF."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return pickle.loads(data), fds
+
+
+def status_from_wait(wait_status: int) -> int:
+    """Turn a ``waitpid`` status into ``Popen.returncode`` form (negative for a signal)."""
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class RankServer:
+    """The server's state: the control socket and the children it forked."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(control, selectors.EVENT_READ, None)
+        self.children: Dict[int, int] = {}  # pidfd -> pid
+        self.pid = os.getpid()
+
+    # --- the loop ------------------------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        send(self.control, {"op": "ready", "pid": self.pid})
+        try:
+            while True:
+                for key, _ in self.selector.select():
+                    if key.data is None:
+                        if not self._handle_request():
+                            return
+                    else:
+                        self._reap(key.fd)
+        finally:
+            self.kill_all()
+
+    def _handle_request(self) -> bool:
+        try:
+            message, fds = receive(self.control)
+        except ConnectionError:
+            return False
+        if message is None:  # the caller is gone
+            return False
+        op = message["op"]
+        if op == "spawn":
+            pids = self._spawn_ranks(message["call_dir"], message["ranks"], message["exec"], fds)
+            send(self.control, {"op": "spawned", "pids": pids})
+        elif op == "store":
+            send(self.control, self._start_store(message["world_size"], message["port"], message["timeout"]))
+        else:
+            send(self.control, {"op": "error", "message": f"unknown request {op!r}"})
+        return True
+
+    def _watch(self, pid: int) -> None:
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = pid
+        self.selector.register(pidfd, selectors.EVENT_READ, pid)
+
+    def _reap(self, pidfd: int) -> None:
+        pid = self.children.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        # The leader is a zombie now, so its pid (and process group id) cannot have been reused: kill whatever it
+        # left in its group (DataLoader workers, stray subprocesses) before reaping it.
+        _kill_group(pid, signal.SIGKILL)
+        _, wait_status = os.waitpid(pid, 0)
+        send(self.control, {"op": "exit", "pid": pid, "status": status_from_wait(wait_status)})
+
+    def kill_all(self) -> None:
+        """Kill every child's process group and reap the children."""
+        for pidfd, pid in list(self.children.items()):
+            _kill_group(pid, signal.SIGKILL)
+        for pidfd, pid in list(self.children.items()):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            os.close(pidfd)
+        self.children.clear()
+
+    # --- children ------------------------------------------------------------------------------------------------
+
+    def _become_child(self) -> None:
+        """In a freshly forked child: a session of its own, killed with the server, no server state left open."""
+        os.setsid()
+        set_parent_death_signal()
+        if os.getppid() != self.pid:  # the server died between fork and prctl
+            os._exit(1)
+        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        self.selector.close()
+        for pidfd in self.children:
+            os.close(pidfd)
+        self.children.clear()
+        self.control.close()
+
+    def _spawn_ranks(self, call_dir: str, ranks: List[int], exec_fresh: bool, fds: List[int]) -> List[int]:
+        pids = []
+        for index, rank in enumerate(ranks):
+            out_fd, err_fd = fds[2 * index], fds[2 * index + 1]
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    self._become_child()
+                    devnull = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(devnull, 0)
+                    os.dup2(out_fd, 1)
+                    os.dup2(err_fd, 2)
+                    for fd in set(fds) | {devnull}:
+                        if fd > 2:
+                            os.close(fd)
+                    if exec_fresh:
+                        os.execv(
+                            sys.executable,
+                            [sys.executable, "-u", "-m", "databricks.air._engine.rank", call_dir, str(rank)],
+                        )
+                    from databricks.air._engine import rank as rank_module
+
+                    rank_module.main(call_dir, rank)
+                finally:
+                    os._exit(1)
+            pids.append(pid)
+            self._watch(pid)
+        for fd in fds:
+            os.close(fd)
+        return pids
+
+    def _start_store(self, world_size: int, port: int, timeout: float) -> dict:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._become_child()
+                os.close(read_end)
+                _host_store(write_end, world_size, port, timeout)
+            finally:
+                os._exit(1)
+        os.close(write_end)
+        self._watch(pid)
+        with os.fdopen(read_end, "rb") as stream:
+            answer = stream.read()
+        if answer.startswith(b"port "):
+            return {"op": "store", "pid": pid, "port": int(answer.split()[1])}
+        return {"op": "error", "message": answer.decode(errors="replace") or "the store process died"}
+
+
+def _host_store(report_fd: int, world_size: int, port: int, timeout: float) -> None:
+    """Host the rendezvous ``TCPStore`` (as torchrun's agent does) and report its port; then wait to be killed."""
+    import datetime
+
+    try:
+        from torch.distributed import TCPStore
+
+        store = TCPStore(
+            "127.0.0.1",
+            port,
+            world_size,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=timeout),
+            wait_for_workers=False,
+        )
+        os.write(report_fd, f"port {store.port}".encode())
+    except BaseException as error:  # noqa: BLE001
+        os.write(report_fd, f"cannot host the rendezvous store on port {port}: {error}".encode())
+        os._exit(1)
+    os.close(report_fd)
+    while True:
+        signal.pause()
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def preload() -> None:
+    """Import what every rank needs, so that forked ranks start warm. Never touches CUDA."""
+    modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
+    extra = os.environ.get("DATABRICKS_AIR_PRELOAD", "")
+    modules += [name.strip() for name in extra.split(",") if name.strip()]
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - a rank imports it again and sees the real error
+            print(f"databricks.air rank server: could not preload {name}: {error}", file=sys.stderr)
+
+
+def main() -> None:
+    """Entry point: ``python -m databricks.air._engine.rank_server <control fd>``."""
+    control = socket.socket(fileno=int(sys.argv[1]))
+    # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    preload()
+    RankServer(control).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The caller's side of the rank server: starting it, talking to it, and keeping idle ones for the next call.
+
+One server serves one call at a time; a finished call hands its server back to a small per-process pool, so a
+later call in the same notebook skips the interpreter start and the torch import. A server is reused only by the
+process that started it, with the same interpreter and the same start-up environment (variables that libraries
+read once at import, such as ``OMP_*`` or ``LD_PRELOAD``, cannot change inside a running server).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Dict, List, Optional, Tuple
+
+from databricks.air._engine import rank_server
+from databricks.air.exceptions import RuntimeConfigurationError
+
+# Environment variables read when an interpreter or a native library starts; a server started under other values
+# is not reused.
+_STARTUP_VARIABLE_PREFIXES = (
+    "PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_",
+    "DATABRICKS_AIR_PRELOAD",
+)
+_START_TIMEOUT_SECONDS = 300.0
+
+
+def startup_fingerprint(environ: Dict[str, str]) -> Tuple:
+    """What a server's usefulness depends on: the interpreter and the start-up variables."""
+    startup = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(_STARTUP_VARIABLE_PREFIXES)))
+    return (sys.executable, os.getpid(), startup)
+
+
+class RankServerHandle:
+    """A running rank server, seen from the caller."""
+
+    def __init__(self, environ: Dict[str, str]) -> None:
+        self.fingerprint = startup_fingerprint(environ)
+        self.socket, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-u", "-m", "databricks.air._engine.rank_server", str(server_end.fileno())],
+                pass_fds=[server_end.fileno()],
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C to the caller's process group must not kill it mid-teardown
+                close_fds=True,
+            )
+        finally:
+            server_end.close()
+        self.ready = False
+        self._backlog: List[dict] = []
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_ready(self) -> None:
+        """Block until the server has preloaded torch; raise if it died instead."""
+        if self.ready:
+            return
+        self.socket.settimeout(_START_TIMEOUT_SECONDS)
+        try:
+            message = self.receive()
+        except socket.timeout:
+            message = None
+        finally:
+            self.socket.settimeout(None)
+        if message is None or message.get("op") != "ready":
+            self.close()
+            raise RuntimeConfigurationError(
+                f"the databricks.air rank server ({sys.executable}) did not start; its error output is above. "
+                "Check that this interpreter can `import torch`."
+            )
+        self.ready = True
+
+    def request(self, message: dict, fds: Optional[List[int]] = None) -> dict:
+        """Send a request and return its answer; exit notices that arrive first are kept for :meth:`events`."""
+        rank_server.send(self.socket, message, fds)
+        while True:
+            answer = self.receive()
+            if answer is None:
+                raise ConnectionError("the databricks.air rank server exited unexpectedly")
+            if answer["op"] == "exit":
+                self._backlog.append(answer)
+                continue
+            return answer
+
+    def receive(self) -> Optional[dict]:
+        message, fds = rank_server.receive(self.socket)
+        for fd in fds:
+            os.close(fd)
+        return message
+
+    def take_backlog(self) -> List[dict]:
+        backlog, self._backlog = self._backlog, []
+        return backlog
+
+    def close(self) -> None:
+        """Stop the server: closing the socket makes it kill what it started and exit."""
+        try:
+            self.socket.close()
+        finally:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class _Pool:
+    """Idle servers of this process, keyed by start-up fingerprint."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: Dict[Tuple, List[RankServerHandle]] = {}
+
+    def acquire(self, environ: Dict[str, str]) -> RankServerHandle:
+        key = startup_fingerprint(environ)
+        with self._lock:
+            idle = self._idle.get(key, [])
+            while idle:
+                handle = idle.pop()
+                if handle.alive():
+                    return handle
+                handle.close()
+        return RankServerHandle(environ)
+
+    def release(self, handle: RankServerHandle) -> None:
+        if not handle.alive() or handle.fingerprint[1] != os.getpid():
+            handle.close()
+            return
+        with self._lock:
+            self._idle.setdefault(handle.fingerprint, []).append(handle)
+
+    def close_all(self) -> None:
+        with self._lock:
+            handles = [h for idle in self._idle.values() for h in idle]
+            self._idle.clear()
+        for handle in handles:
+            handle.close()
+
+
+pool = _Pool()
+atexit.register(pool.close_all)
+
