@@ -31,7 +31,6 @@ from typing import Any, Callable, List, Optional, Union
 
 from databricks.air import compute, payload
 from databricks.air._engine import launch as engine
-from databricks.air._engine import rank_server_handle
 from databricks.air._warnings import user_stacklevel
 from databricks.air.exceptions import GPUValidationError, RuntimeConfigurationError
 
@@ -220,16 +219,9 @@ class DistributedFunction:
         """
         bound = inspect.signature(self.func).bind(*args, **kwargs)
         bound.apply_defaults()
-        environ = dict(os.environ)
-        # Start the rank server now, so that its interpreter starts while we pickle.
-        server = rank_server_handle.pool.acquire(environ)
-        try:
-            function_bytes = payload.serialize_function(self.func)
-            argument_bytes = payload.serialize_arguments(self.func, bound)
-            log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
-        except BaseException:
-            rank_server_handle.pool.release(server)
-            raise
+        function_bytes = payload.serialize_function(self.func)
+        argument_bytes = payload.serialize_arguments(self.func, bound)
+        log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
         self.last_log_dir = log_dir
         name = getattr(self.func, "__qualname__", "function")
         kind = getattr(self.accelerator_type, "value", self.accelerator_type) or "GPU"
@@ -244,7 +236,7 @@ class DistributedFunction:
                 world_size=self.num_accelerators,
                 function=function_bytes,
                 arguments=argument_bytes,
-                environ=environ,
+                environ=dict(os.environ),
                 cwd=os.getcwd(),
                 sys_path=list(sys.path),
                 log_dir=log_dir,
@@ -253,8 +245,7 @@ class DistributedFunction:
                 show_all_ranks=_flag(SHOW_ALL_RANKS_VARIABLE),
                 start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
                 grace_period=_grace_period(),
-            ),
-            server=server,
+            )
         )
 
 

@@ -62,17 +62,13 @@ class Launch:
     grace_period: float = 3.0
 
 
-def run(launch: Launch, server: Optional[RankServerHandle] = None) -> List[Any]:
-    """Run ``launch`` and return every rank's value, indexed by global rank.
-
-    ``server`` may be a handle acquired earlier (so the server starts while the caller pickles); it goes back to
-    the pool afterwards.
-    """
+def run(launch: Launch) -> List[Any]:
+    """Run ``launch`` and return every rank's value, indexed by global rank."""
     if launch.start_method not in START_METHODS:
         raise RuntimeConfigurationError(
             f"DATABRICKS_AIR_START_METHOD must be one of {', '.join(START_METHODS)}, not {launch.start_method!r}"
         )
-    server = server or rank_server_handle.pool.acquire(launch.environ)
+    server = rank_server_handle.pool.acquire(launch.environ)
     files = CallFiles.create()
     call = None
     try:

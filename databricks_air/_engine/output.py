@@ -2,7 +2,8 @@
 
 By default only rank 0 is shown, exactly as written (a ``\\r`` progress bar animates, and the text lands in the
 notebook cell because it is written to ``sys.stdout``, not to the kernel's file descriptor). With
-``show_all_ranks`` every rank is shown, each line prefixed ``[rank N]``.
+``show_all_ranks`` every rank is shown a whole line at a time, each line prefixed ``[rank N]``, so that ranks'
+lines never mix.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from typing import Dict, List, Optional, TextIO
+from typing import Dict, Optional, TextIO
 
 _TAIL_BYTES = 256 * 1024
 
@@ -25,7 +26,7 @@ class RankOutput:
         self._echo = echo
         self._prefix = prefix
         self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
-        self._at_line_start = {"stdout": True, "stderr": True}
+        self._partial_line = {"stdout": "", "stderr": ""}
 
     def feed(self, stream_name: str, data: bytes) -> None:
         """Record ``data`` read from the rank's ``stream_name`` ("stdout" or "stderr")."""
@@ -38,29 +39,28 @@ class RankOutput:
         if self._echo:
             for name, decoder in self._decoders.items():
                 rest = decoder.decode(b"", final=True)
-                if rest:
-                    self._show(name, rest)
-                if self._prefix and not self._at_line_start[name]:
-                    self._show(name, "\n")
+                if self._prefix:
+                    rest = self._partial_line[name] + rest
+                    self._partial_line[name] = ""
+                    if rest and not rest.endswith("\n"):
+                        rest += "\n"
+                self._show(name, rest)
         self._log.close()
 
     def _show(self, stream_name: str, text: str) -> None:
+        if self._prefix:
+            text = self._whole_lines(stream_name, text)
         if not text:
             return
         target: TextIO = sys.stdout if stream_name == "stdout" else sys.stderr
-        if self._prefix:
-            text = self._prefixed(stream_name, text)
         target.write(text)
         target.flush()
 
-    def _prefixed(self, stream_name: str, text: str) -> str:
-        pieces: List[str] = []
-        for line in text.splitlines(keepends=True):
-            if self._at_line_start[stream_name]:
-                pieces.append(self._prefix or "")
-            pieces.append(line)
-            self._at_line_start[stream_name] = line.endswith("\n")
-        return "".join(pieces)
+    def _whole_lines(self, stream_name: str, text: str) -> str:
+        """The complete lines of ``text`` (after what was pending), prefixed; keeps the incomplete rest."""
+        lines = (self._partial_line[stream_name] + text).split("\n")
+        self._partial_line[stream_name] = lines.pop()
+        return "".join(f"{self._prefix}{line}\n" for line in lines)
 
 
 def make_outputs(log_dir: str, world_size: int, show_all_ranks: bool) -> Dict[int, RankOutput]:

@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict
+import types
+from typing import Any, Dict, Optional
 
 import cloudpickle
 
@@ -59,12 +60,13 @@ def _reseed_inherited_generators() -> None:
 def failure_record(error: BaseException, kind: str) -> Dict[str, Any]:
     """Describe a failure so the caller can rebuild it (the exception itself travels when it pickles)."""
     error_type = type(error)
+    module = "" if error_type.__module__ == "builtins" else f"{error_type.__module__}."
     record: Dict[str, Any] = {
         "ok": False,
         "kind": kind,
-        "type": f"{error_type.__module__}.{error_type.__qualname__}",
+        "type": f"{module}{error_type.__qualname__}",
         "message": str(error),
-        "traceback": "".join(traceback.format_exception(error_type, error, error.__traceback__)),
+        "traceback": "".join(traceback.format_exception(error_type, error, _user_frames(error.__traceback__))),
         "time": time.time(),
         "exception": None,
     }
@@ -74,6 +76,13 @@ def failure_record(error: BaseException, kind: str) -> Dict[str, Any]:
     except Exception:
         pass
     return record
+
+
+def _user_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    """The traceback without its leading frames from this module (the user's code starts below them)."""
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
 
 
 def run_function(files: CallFiles, rank: int) -> int:

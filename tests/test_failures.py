@@ -1,0 +1,187 @@
+"""When ranks fail: the exception the caller gets, how fast, and what it says."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from databricks.air import distributed
+from databricks.air.exceptions import DistributedExecutionError, RankExitError, SerializationError
+
+cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)
+
+
+def fails_on_rank_one(lines: int = 60) -> str:
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        for index in range(lines):
+            print(f"rank one line {index}")
+        raise ValueError("boom from rank 1")
+    return "ok"
+
+
+def test_a_rank_exception_is_caught_as_its_own_class_and_as_runtime_error() -> None:
+    with pytest.raises(ValueError) as caught:
+        cpu2(fails_on_rank_one).distributed()
+    error = caught.value
+    assert isinstance(error, RuntimeError) and isinstance(error, DistributedExecutionError)
+    assert error.args == ("boom from rank 1",)
+    assert error.rank == 1
+    assert set(error.failures) == {1}
+    assert isinstance(error.failures[1], ValueError) and str(error.failures[1]) == "boom from rank 1"
+    assert set(error.exit_codes) == {0, 1} and error.exit_codes[1] == 1
+    assert "raise ValueError(\"boom from rank 1\")" in error.remote_traceback
+
+
+def test_the_message_names_the_rank_and_shows_traceback_and_output_tail() -> None:
+    with pytest.raises(RuntimeError) as caught:
+        cpu2(fails_on_rank_one).distributed()
+    message = str(caught.value)
+    assert "rank 1 of 2 raised ValueError: boom from rank 1" in message
+    assert "Traceback from rank 1:" in message and 'raise ValueError("boom from rank 1")' in message
+    assert "Last 50 lines of rank 1's output" in message
+    assert "rank one line 59" in message and "rank one line 20\n" in message
+    assert "rank one line 5\n" not in message  # only the last 50 lines
+    assert "_engine/rank.py" not in message  # the launcher's own frames are left out
+    assert "rank 1: failed first (root cause), exit code 1" in message
+    assert str(caught.value.log_dir) in message
+
+
+class NeedsTwoArguments(Exception):
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(code, detail)
+        self.code = code
+
+
+def test_custom_exception_classes_with_their_attributes() -> None:
+    def fail() -> None:
+        raise NeedsTwoArguments(7, "custom")
+
+    with pytest.raises(NeedsTwoArguments) as caught:
+        cpu2(fail).distributed()
+    assert caught.value.code == 7 and caught.value.args == (7, "custom")
+    assert isinstance(caught.value, DistributedExecutionError)
+
+
+def test_an_exception_class_the_caller_cannot_import_becomes_a_plain_error(tmp_path: Path) -> None:
+    module_dir = tmp_path / "rank_only"
+    module_dir.mkdir()
+    (module_dir / "rank_only_errors.py").write_text("class HiddenError(Exception):\n    pass\n")
+
+    def fail(path: str) -> None:
+        import sys
+
+        sys.path.insert(0, path)
+        import rank_only_errors
+
+        raise rank_only_errors.HiddenError("invisible class")
+
+    with pytest.raises(DistributedExecutionError) as caught:
+        cpu2(fail).distributed(str(module_dir))
+    assert type(caught.value) is DistributedExecutionError
+    assert "rank_only_errors.HiddenError: invisible class" in str(caught.value)
+    assert "invisible class" in caught.value.remote_traceback
+
+
+def test_the_first_failure_stops_the_other_ranks_at_once() -> None:
+    def one_fails_one_hangs() -> None:
+        if os.environ["RANK"] == "1":
+            raise KeyError("fast failure")
+        time.sleep(120)
+
+    started = time.monotonic()
+    with pytest.raises(KeyError) as caught:
+        cpu2(one_fails_one_hangs).distributed()
+    assert time.monotonic() - started < 5
+    assert caught.value.exit_codes[0] == -15  # SIGTERM from the launcher
+    assert set(caught.value.failures) == {1}
+    assert "rank 0: stopped by the launcher, killed by SIGTERM" in str(caught.value)
+
+
+def test_a_rank_ignoring_sigterm_is_killed_after_the_grace_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "1")
+
+    def stubborn() -> None:
+        import signal
+
+        if os.environ["RANK"] == "1":
+            time.sleep(0.5)
+            raise RuntimeError("rank 1 gives up")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(120)
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 gives up"):
+        cpu2(stubborn).distributed()
+    assert time.monotonic() - started < 5
+
+
+def test_root_cause_is_the_rank_that_raised_not_the_peer_that_lost_it() -> None:
+    def collective() -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            raise ArithmeticError("rank 1 broke before the all_reduce")
+        dist.all_reduce(torch.ones(1))
+
+    with pytest.raises(ArithmeticError) as caught:
+        cpu2(collective).distributed()
+    assert caught.value.rank == 1
+
+
+@pytest.mark.parametrize(
+    "how, expected",
+    [
+        ("sys_exit", r"called sys.exit\(0\) before returning"),
+        ("os_exit", r"exited with status 0 without returning a value"),
+        ("os_exit_3", r"exited with exit code 3 before returning a value"),
+        ("sigkill", r"killed by SIGKILL \(SIGKILL usually comes from the out-of-memory killer"),
+        ("sigsegv", r"killed by SIGSEGV"),
+    ],
+)
+def test_a_rank_that_ends_without_returning_is_a_failure_that_says_how(how: str, expected: str) -> None:
+    def leave(how: str) -> str:
+        import signal
+        import sys
+
+        if os.environ["RANK"] == "0":
+            time.sleep(0.3)
+            return "fine"
+        if how == "sys_exit":
+            sys.exit(0)
+        if how == "os_exit":
+            os._exit(0)
+        if how == "os_exit_3":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGKILL if how == "sigkill" else signal.SIGSEGV)
+        return "unreachable"
+
+    with pytest.raises(DistributedExecutionError, match=expected) as caught:
+        cpu2(leave).distributed(how)
+    assert isinstance(caught.value.failures[1], RankExitError)
+    assert caught.value.rank == 1
+
+
+def test_an_unpicklable_return_value_names_the_rank_and_type() -> None:
+    def lock() -> object:
+        import threading
+
+        return threading.Lock() if os.environ["RANK"] == "1" else None
+
+    with pytest.raises(SerializationError, match=r"return value of rank 1 \(a _thread.lock\) cannot be pickled"):
+        cpu2(lock).distributed()
+
+
+def test_errors_pickle_as_plain_distributed_execution_errors() -> None:
+    import pickle
+
+    with pytest.raises(ValueError) as caught:
+        cpu2(fails_on_rank_one).distributed(lines=1)
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert type(copy) is DistributedExecutionError
+    assert str(copy) == str(caught.value) and copy.rank == 1
