@@ -245,6 +245,7 @@ class DistributedFunction:
                 show_all_ranks=_flag(SHOW_ALL_RANKS_VARIABLE),
                 start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
                 grace_period=_grace_period(),
+                code_files=payload.code_files(self.func),
             )
         )
 

@@ -12,7 +12,7 @@ import io
 import pickle
 import types
 import warnings
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import cloudpickle
 
@@ -83,6 +83,41 @@ def captured_values(function: Any) -> Iterator[Tuple[str, Any]]:
         yield f"default argument #{index + 1}", value
     for name, value in (function.__kwdefaults__ or {}).items():
         yield f"default of {name!r}", value
+
+
+def code_files(function: Any) -> Dict[str, str]:
+    """Function name -> source file for the code shipped by value with ``function``.
+
+    cloudpickle replaces the file name of code it pickles by value with ``<dynamic-code>``; this map lets the
+    caller put the real file (or notebook cell) back into a rank's traceback.
+    """
+    found: Dict[str, str] = {}
+    seen: set = set()
+
+    def visit(value: Any, depth: int) -> None:
+        if id(value) in seen or depth < 0:
+            return
+        seen.add(id(value))
+        if isinstance(value, types.MethodType):
+            value = value.__func__
+        if isinstance(value, types.FunctionType):
+            _add_code(value.__code__, found)
+            for _, captured in captured_values(value):
+                visit(captured, depth - 1)
+        elif isinstance(value, type) and value.__module__ not in ("builtins",):
+            for member in vars(value).values():
+                visit(member, depth - 1)
+
+    visit(function, _SEARCH_DEPTH)
+    return found
+
+
+def _add_code(code: types.CodeType, found: Dict[str, str]) -> None:
+    if not code.co_filename.startswith("<dynamic"):
+        found.setdefault(code.co_name, code.co_filename)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _add_code(const, found)
 
 
 def _global_names(code: types.CodeType) -> set:

@@ -185,3 +185,27 @@ def test_errors_pickle_as_plain_distributed_execution_errors() -> None:
     copy = pickle.loads(pickle.dumps(caught.value))
     assert type(copy) is DistributedExecutionError
     assert str(copy) == str(caught.value) and copy.rank == 1
+
+
+def test_tracebacks_of_notebook_code_name_its_file_and_line(run_script) -> None:
+    done = run_script(
+        """
+        from databricks.air import distributed
+
+        def check(value):
+            if value > 1:
+                raise OverflowError(f"value {value} too large")
+
+        @distributed(num_accelerators=2, accelerator_type="CPU")
+        def train(value):
+            check(value)
+
+        try:
+            train.distributed(5)
+        except OverflowError as error:
+            print(error.remote_traceback)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert 'script.py", line 10, in train\n    check(value)' in done.stdout
+    assert 'script.py", line 6, in check\n    raise OverflowError(f"value {value} too large")' in done.stdout

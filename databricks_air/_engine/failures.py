@@ -8,7 +8,9 @@ output, and lists every rank's fate. The exception is an instance of the root-ca
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import pickle
+import re
 import signal
 from typing import Any, Dict, List, Optional
 
@@ -116,7 +118,32 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
     return error if isinstance(error, BaseException) else None
 
 
-def build_error(outcomes: List[RankOutcome], name: str, log_dir: str) -> DistributedExecutionError:
+_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
+
+
+def restore_code_files(traceback_text: str, code_files: Dict[str, str]) -> str:
+    """Put real file names (and source lines, where the caller has them) into a rank's traceback.
+
+    Functions shipped by value carry ``<dynamic-code>`` as their file; ``code_files`` maps function names back.
+    """
+    lines: List[str] = []
+    for line in traceback_text.splitlines():
+        match = _DYNAMIC_FRAME.match(line)
+        filename = code_files.get(match.group(3)) if match else None
+        if match is None or filename is None:
+            lines.append(line)
+            continue
+        indent, number, function = match.groups()
+        lines.append(f'{indent}File "{filename}", line {number}, in {function}')
+        source = linecache.getline(filename, int(number)).strip()
+        if source:
+            lines.append(f"{indent}  {source}")
+    return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
+
+
+def build_error(
+    outcomes: List[RankOutcome], name: str, log_dir: str, code_files: Optional[Dict[str, str]] = None
+) -> DistributedExecutionError:
     """The exception for a call in which at least one rank failed on its own."""
     world_size = len(outcomes)
     failed = sorted((o for o in outcomes if o.failed_on_its_own), key=lambda o: o.failed_at)
@@ -126,6 +153,8 @@ def build_error(outcomes: List[RankOutcome], name: str, log_dir: str) -> Distrib
     exit_codes = {o.rank: o.status for o in outcomes}
     record = root.record or {}
     traceback_text = record.get("traceback") if record.get("kind") == "raised" else None
+    if traceback_text:
+        traceback_text = restore_code_files(traceback_text, code_files or {})
 
     headline = _headline(root, original, record, world_size)
     sections = [f"{name}: {headline}"]

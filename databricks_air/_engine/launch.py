@@ -60,6 +60,8 @@ class Launch:
     start_method: str = "fork"
     """``fork``: ranks forked from the torch-preloaded rank server; ``spawn``: a new interpreter per rank."""
     grace_period: float = 3.0
+    code_files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    """Function name -> source file of code shipped by value, to mend rank tracebacks."""
 
 
 def run(launch: Launch) -> List[Any]:
@@ -318,7 +320,7 @@ class _Call:
     def results(self) -> List[Any]:
         ordered = sorted(self.outcomes.values(), key=lambda o: o.rank)
         if any(o.failed_on_its_own for o in ordered):
-            raise build_error(ordered, self.launch.name, self.launch.log_dir)
+            raise build_error(ordered, self.launch.name, self.launch.log_dir, self.launch.code_files)
         if self.interrupted:
             raise KeyboardInterrupt
         if self.timed_out:
