@@ -165,7 +165,7 @@ def test_concurrent_calls_from_two_processes_do_not_collide(run_script) -> None:
             reduce.distributed(int(sys.argv[1]))
         print("DONE")
     """
-    path = Path(tempfile.mkdtemp()) / "concurrent.py"
+    path = Path(tempfile.mkdtemp()) / "two_callers.py"
     path.write_text(textwrap.dedent(script))
     callers = [
         subprocess.Popen([sys.executable, str(path), str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -217,3 +217,32 @@ def test_nothing_is_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         cpu2(lambda: int("x")).distributed()
     assert [p.name for p in scratch.iterdir()] == []  # no payload or result files after success or failure
     assert server_descendants() == []  # no rank, store or child process
+
+
+def test_a_users_file_shadowing_a_module_torch_imports_is_never_run(tmp_path: Path) -> None:
+    """The rank server preloads torch without the script's directory on sys.path.
+
+    Otherwise a file named like a module torch imports (concurrent.py) would run inside the server, and a script
+    by that name would start a server of its own, and so on. (Ranks later import with the caller's own sys.path,
+    as the caller itself would.)
+    """
+    marker = tmp_path / "shadow-imported"
+    (tmp_path / "concurrent.py").write_text(f"open({str(marker)!r}, 'a').write('imported')\n")
+    (tmp_path / "main.py").write_text(
+        textwrap.dedent(
+            """
+            from databricks.air import distributed
+
+            @distributed(num_accelerators=2, accelerator_type="CPU")
+            def work():
+                import torch
+                return torch.ones(1).item()
+
+            print("RESULT", work.distributed())
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "RESULT [1.0, 1.0]" in done.stdout
+    assert not marker.exists()

@@ -120,8 +120,8 @@ def test_spawn_start_method_gives_fresh_interpreters(monkeypatch: pytest.MonkeyP
     def interpreter() -> tuple:
         import sys
 
-        module = sys.orig_argv[sys.orig_argv.index("-m") + 1]
-        return module, all_reduce_sum(1.0)
+        bootstrap = sys.orig_argv[sys.orig_argv.index("-c") + 1]  # the code this interpreter was started with
+        return bootstrap.split(" import main")[0].split()[-1], all_reduce_sum(1.0)
 
     assert cpu2(interpreter).distributed() == [("databricks.air._engine.rank", 3.0)] * 2
     monkeypatch.setenv("DATABRICKS_AIR_START_METHOD", "fork")

@@ -52,7 +52,9 @@ class RankOutput:
             text = self._whole_lines(stream_name, text)
         if not text:
             return
-        target: TextIO = sys.stdout if stream_name == "stdout" else sys.stderr
+        target: Optional[TextIO] = sys.stdout if stream_name == "stdout" else sys.stderr
+        if target is None:  # e.g. pythonw: nowhere to show it; the log file has it
+            return
         target.write(text)
         target.flush()
 

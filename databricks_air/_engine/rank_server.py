@@ -31,6 +31,11 @@ import socket
 import sys
 from typing import Dict, List, Optional, Tuple
 
+# `python -c` puts the working directory first on sys.path; a user's file there named like a module torch imports
+# (concurrent.py, say) would then be imported, and run, while preloading. The rank applies the caller's own
+# sys.path later, exactly as the caller has it.
+DROP_SCRIPT_DIRECTORY = "sys.path.pop(0)"
+
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 512
 _PR_SET_PDEATHSIG = 1
@@ -174,10 +179,11 @@ class RankServer:
                         if fd > 2:
                             os.close(fd)
                     if exec_fresh:
-                        os.execv(
-                            sys.executable,
-                            [sys.executable, "-u", "-m", "databricks.air._engine.rank", call_dir, str(rank)],
+                        bootstrap = (
+                            f"import sys; {DROP_SCRIPT_DIRECTORY}; "
+                            "from databricks.air._engine.rank import main; main(sys.argv[1], int(sys.argv[2]))"
                         )
+                        os.execv(sys.executable, [sys.executable, "-u", "-c", bootstrap, call_dir, str(rank)])
                     from databricks.air._engine import rank as rank_module
 
                     rank_module.main(call_dir, rank)
@@ -252,7 +258,7 @@ def preload() -> None:
 
 
 def main() -> None:
-    """Entry point: ``python -m databricks.air._engine.rank_server <control fd>``."""
+    """Entry point: ``python -c "...; main()" <control fd>`` (see ``rank_server_handle``)."""
     control = socket.socket(fileno=int(sys.argv[1]))
     # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

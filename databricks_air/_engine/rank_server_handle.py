@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from typing import Dict, List, Optional, Tuple
 
 from databricks.air._engine import rank_server
@@ -40,9 +41,13 @@ class RankServerHandle:
     def __init__(self, environ: Dict[str, str]) -> None:
         self.fingerprint = startup_fingerprint(environ)
         self.socket, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        bootstrap = (
+            f"import sys; {rank_server.DROP_SCRIPT_DIRECTORY}; "
+            "from databricks.air._engine.rank_server import main; main()"
+        )
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "databricks.air._engine.rank_server", str(server_end.fileno())],
+                [sys.executable, "-u", "-c", bootstrap, str(server_end.fileno())],
                 pass_fds=[server_end.fileno()],
                 env=environ,
                 stdin=subprocess.DEVNULL,
@@ -54,6 +59,7 @@ class RankServerHandle:
             server_end.close()
         self.ready = False
         self._backlog: List[dict] = []
+        _live_handles.add(self)
 
     @property
     def pid(self) -> int:
@@ -115,8 +121,25 @@ class RankServerHandle:
                 self.process.wait()
 
 
+_live_handles: "weakref.WeakSet[RankServerHandle]" = weakref.WeakSet()
+
+
+def _forget_servers_in_forked_child() -> None:
+    # A fork of the caller (a DataLoader worker, say) inherits the control sockets. Its copies must go, or a
+    # server would not see EOF when the caller dies, and could not clean up its ranks.
+    for handle in list(_live_handles):
+        try:
+            handle.socket.close()
+        except OSError:
+            pass
+    _live_handles.clear()
+    pool.forget()
+
+
 class _Pool:
-    """Idle servers of this process, keyed by start-up fingerprint."""
+    """Idle servers of this process, keyed by start-up fingerprint (at most ``MAX_IDLE`` each)."""
+
+    MAX_IDLE = 2
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -138,7 +161,16 @@ class _Pool:
             handle.close()
             return
         with self._lock:
-            self._idle.setdefault(handle.fingerprint, []).append(handle)
+            idle = self._idle.setdefault(handle.fingerprint, [])
+            if len(idle) < self.MAX_IDLE:
+                idle.append(handle)
+                return
+        handle.close()
+
+    def forget(self) -> None:
+        """Drop every idle handle without touching the servers (they belong to another process)."""
+        self._lock = threading.Lock()
+        self._idle = {}
 
     def close_all(self) -> None:
         with self._lock:
@@ -150,4 +182,5 @@ class _Pool:
 
 pool = _Pool()
 atexit.register(pool.close_all)
+os.register_at_fork(after_in_child=_forget_servers_in_forked_child)
 
