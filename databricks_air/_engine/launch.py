@@ -70,6 +70,8 @@ def run(launch: Launch) -> List[Any]:
         raise RuntimeConfigurationError(
             f"DATABRICKS_AIR_START_METHOD must be one of {', '.join(START_METHODS)}, not {launch.start_method!r}"
         )
+    # The timeout bounds the whole call, the rank server's start included.
+    deadline = None if launch.timeout is None else time.monotonic() + launch.timeout
     server = rank_server_handle.pool.acquire(launch.environ)
     files = CallFiles.create()
     call = None
@@ -79,7 +81,7 @@ def run(launch: Launch) -> List[Any]:
         server.wait_ready()
         call = _Call(launch, server, files)
         call.start()
-        call.supervise()
+        call.supervise(deadline)
         return call.results()
     finally:
         try:
@@ -198,9 +200,8 @@ class _Call:
     def running(self) -> List[RankOutcome]:
         return [o for o in self.outcomes.values() if o.status is None]
 
-    def supervise(self) -> None:
+    def supervise(self, deadline: Optional[float]) -> None:
         """Wait until every rank has ended, stopping them all on the first failure, timeout or interrupt."""
-        deadline = None if self.launch.timeout is None else time.monotonic() + self.launch.timeout
         while self.running:
             try:
                 self._poll(self._wait_seconds(deadline))
