@@ -31,7 +31,12 @@ from databricks.air._engine.failures import RankOutcome, build_error
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.values import read_value_file
-from databricks.air.exceptions import LocalExecutionTimeoutError, OutputCollectionError, RuntimeConfigurationError
+from databricks.air.exceptions import (
+    LocalExecutionTimeoutError,
+    OutputCollectionError,
+    RuntimeConfigurationError,
+    WorkloadCreationError,
+)
 
 START_METHODS = ("fork", "spawn")
 _POLL_SECONDS = 0.5
@@ -146,6 +151,8 @@ class _Call:
         finally:
             for fd in write_ends:
                 os.close(fd)
+        if answer["op"] != "spawned":
+            raise WorkloadCreationError(answer.get("message", "the rank server could not start the ranks"))
         for rank, pid in enumerate(answer["pids"]):
             self.outcomes[pid] = RankOutcome(rank=rank, pid=pid, log_path=self.outputs[rank].log_path)
         self.selector.register(self.server.socket, selectors.EVENT_READ, "server")

@@ -110,8 +110,12 @@ class RankServer:
             return False
         op = message["op"]
         if op == "spawn":
-            pids = self._spawn_ranks(message["call_dir"], message["ranks"], message["exec"], fds)
-            send(self.control, {"op": "spawned", "pids": pids})
+            try:
+                pids = self._spawn_ranks(message["call_dir"], message["ranks"], message["exec"], fds)
+            except OSError as error:  # fork failed: out of memory or process limit
+                send(self.control, {"op": "error", "message": f"cannot start the rank processes: {error}"})
+            else:
+                send(self.control, {"op": "spawned", "pids": pids})
         elif op == "store":
             send(self.control, self._start_store(message["world_size"], message["port"], message["timeout"]))
         else:
@@ -164,36 +168,47 @@ class RankServer:
         self.control.close()
 
     def _spawn_ranks(self, call_dir: str, ranks: List[int], exec_fresh: bool, fds: List[int]) -> List[int]:
-        pids = []
-        for index, rank in enumerate(ranks):
-            out_fd, err_fd = fds[2 * index], fds[2 * index + 1]
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    self._become_child()
-                    devnull = os.open(os.devnull, os.O_RDONLY)
-                    os.dup2(devnull, 0)
-                    os.dup2(out_fd, 1)
-                    os.dup2(err_fd, 2)
-                    for fd in set(fds) | {devnull}:
-                        if fd > 2:
-                            os.close(fd)
-                    if exec_fresh:
-                        bootstrap = (
-                            f"import sys; {DROP_SCRIPT_DIRECTORY}; "
-                            "from databricks.air._engine.rank import main; main(sys.argv[1], int(sys.argv[2]))"
-                        )
-                        os.execv(sys.executable, [sys.executable, "-u", "-c", bootstrap, call_dir, str(rank)])
-                    from databricks.air._engine import rank as rank_module
-
-                    rank_module.main(call_dir, rank)
-                finally:
-                    os._exit(1)
-            pids.append(pid)
-            self._watch(pid)
-        for fd in fds:
-            os.close(fd)
+        pids: List[int] = []
+        try:
+            for index, rank in enumerate(ranks):
+                pids.append(self._fork_rank(call_dir, rank, exec_fresh, fds[2 * index], fds[2 * index + 1], fds))
+        except OSError:
+            for pid in pids:  # all or none
+                _kill_group(pid, signal.SIGKILL)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
         return pids
+
+    def _fork_rank(
+        self, call_dir: str, rank: int, exec_fresh: bool, out_fd: int, err_fd: int, fds: List[int]
+    ) -> int:
+        """Fork one rank with the given stdout/stderr pipes; ``fds`` are every descriptor of the request."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._become_child()
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out_fd, 1)
+                os.dup2(err_fd, 2)
+                for fd in set(fds) | {devnull}:
+                    if fd > 2:
+                        os.close(fd)
+                if exec_fresh:
+                    bootstrap = (
+                        f"import sys; {DROP_SCRIPT_DIRECTORY}; "
+                        "from databricks.air._engine.rank import main; main(sys.argv[1], int(sys.argv[2]))"
+                    )
+                    os.execv(sys.executable, [sys.executable, "-u", "-c", bootstrap, call_dir, str(rank)])
+                from databricks.air._engine import rank as rank_module
+
+                rank_module.main(call_dir, rank)
+            finally:
+                os._exit(1)
+        self._watch(pid)
+        return pid
 
     def _start_store(self, world_size: int, port: int, timeout: float) -> dict:
         read_end, write_end = os.pipe()

@@ -1,0 +1,45 @@
+"""On a CUDA machine: every visible GPU gets a rank, NCCL works, and the caller never initialises CUDA."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from databricks.air import compute, distributed
+
+pytestmark = pytest.mark.gpu
+
+
+def nccl_all_reduce() -> tuple:
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    value = torch.ones(1, device=f"cuda:{local_rank}") * (dist.get_rank() + 1)
+    dist.all_reduce(value)
+    dist.destroy_process_group()
+    return local_rank, torch.cuda.get_device_name(local_rank), float(value.item())
+
+
+def test_one_rank_per_visible_gpu_with_nccl() -> None:
+    count = compute.attached_gpu_count()
+    fn = distributed()(nccl_all_reduce)
+    assert fn.num_accelerators == count
+    results = fn.distributed()
+    expected = count * (count + 1) / 2
+    assert [r[0] for r in results] == list(range(count))
+    assert all(r[2] == expected for r in results)
+    # The caller counted GPUs through NVML and never created a CUDA context.
+    torch = sys.modules.get("torch")
+    assert torch is None or not torch.cuda.is_initialized()
+
+
+def test_a_subset_of_gpus_returns_real_values() -> None:
+    if compute.attached_gpu_count() < 2:
+        pytest.skip("needs two GPUs")
+    results = distributed(num_accelerators=2)(nccl_all_reduce).distributed()
+    assert [r[2] for r in results] == [3.0, 3.0]
