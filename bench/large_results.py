@@ -11,7 +11,9 @@ Anchor
     In this same process: ``torch.save`` of two 256 MiB float32 tensors to files in ``tempfile.gettempdir()``
     (where the engine writes its result files too) followed by ``torch.load`` of both; the tensors are created
     before the clock starts; files are deleted after each repetition (not timed). One untimed warm-up, then
-    median of 3.
+    median of 3. The run points ``tempfile.tempdir`` at a private subdirectory of the system temp dir (same file
+    system), so the engine's call and log directories and the anchor's files all land there; it is removed at
+    the end, and any engine call directory still in it before removal is reported (there should be none).
 
 Target
     our later call <= 1.5 x anchor.
@@ -22,17 +24,16 @@ Run: ``.venv/bin/python bench/large_results.py``  (about half a minute on 2 vCPU
 
 from __future__ import annotations
 
-import datetime
 import gc
 import glob
-import importlib.metadata
 import os
-import platform
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+import _machine  # bench/_machine.py: this directory is on sys.path when a script runs
 from typing import Dict, List
 
 import torch
@@ -54,29 +55,9 @@ def big_result():
 
 
 def machine() -> Dict[str, str]:
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = torch.__version__
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
-        "date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "cpus": f"{os.cpu_count()} (usable: {affinity})",
-        "cpu model": model or "unknown",
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch_version,
-        "load avg": " ".join(f"{x:.2f}" for x in os.getloadavg()) + "  (1/5/15 min, at start)",
-        "temp dir": tempfile.gettempdir(),
+        **_machine.machine(),
+        "temp dir": f"{tempfile.gettempdir()} (this run uses a private subdirectory, removed at the end)",
     }
 
 
@@ -142,14 +123,19 @@ def main() -> None:
         print(f"  {key:<11} {value}")
     print()
     bench_start = time.perf_counter()
-    pattern = os.path.join(tempfile.gettempdir(), "databricks-air-call-*")
-    leftovers_before = set(glob.glob(pattern))
-
-    ours_times = ours()
-    peak_after_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-    anchor_times = anchor()
-
-    leaked = sorted(set(glob.glob(pattern)) - leftovers_before)
+    # A private directory under the system temp dir (same file system) for the engine's call directories, its log
+    # directories and the anchor's files, so that what this run leaves behind is exactly what is in it.
+    system_temp = tempfile.gettempdir()
+    private = tempfile.mkdtemp(prefix="air-bench-large-", dir=system_temp)
+    tempfile.tempdir = private
+    try:
+        ours_times = ours()
+        peak_after_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+        anchor_times = anchor()
+        leaked = sorted(glob.glob(os.path.join(private, "databricks-air-call-*")))
+    finally:
+        tempfile.tempdir = None
+        shutil.rmtree(private, ignore_errors=True)
     print(f"  {'measurement':<50} {'n':>3} {'median':>8} {'min':>8} {'max':>8}")
     print(row("our later call: 2 x 256 MiB returned", ours_times))
     print(row("anchor: torch.save x2 + torch.load x2 (same dir)", anchor_times))
@@ -160,7 +146,7 @@ def main() -> None:
     print()
     print(f"  values checked: rank r's tensor is all r ({WORLD_SIZE} ranks x {REPEATS + 1} calls)")
     print(f"  caller peak RSS after our calls: {peak_after_ours:.0f} MiB (two results are 512 MiB)")
-    print(f"  call directories left in {tempfile.gettempdir()}: {len(leaked)}" + (f" {leaked}" if leaked else ""))
+    print(f"  engine call directories left after the calls: {len(leaked)}" + (f" {leaked[:3]}" if leaked else ""))
     print(f"\n  benchmark took {time.perf_counter() - bench_start:.0f} s")
 
 

@@ -19,6 +19,9 @@ What it measures
     f. informational: (c) with ``DATABRICKS_AIR_START_METHOD=spawn`` (a fresh interpreter per rank);
        median of 5 after 1 warm-up.
 
+    Our calls write their per-call log directories under the benchmark's scratch directory
+    (``DATABRICKS_AIR_LOG_DIR``, same file system as the default), which is removed at the end.
+
     The rank function lives in the generated scripts: ranks never import the caller's script (a function defined
     in ``__main__`` travels by value).
 
@@ -32,18 +35,15 @@ script prints a table and PASS/MISS per target. It exits non-zero only if a subp
 
 from __future__ import annotations
 
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import _machine  # bench/_machine.py: this directory is on sys.path when a script runs
 from typing import Dict, List, Sequence
 
 PYTHON = sys.executable
@@ -147,34 +147,8 @@ if __name__ == "__main__":
 )
 
 
-def machine() -> Dict[str, str]:
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = "not installed"
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "cpus": f"{os.cpu_count()} (usable: {affinity})",
-        "cpu model": model or "unknown",
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch_version,
-        "load avg": " ".join(f"{x:.2f}" for x in os.getloadavg()) + "  (1/5/15 min, at start)",
-    }
-
-
 def print_machine() -> None:
-    for key, value in machine().items():
+    for key, value in _machine.machine().items():
         print(f"  {key:<11} {value}")
     print()
 
@@ -211,9 +185,13 @@ def check_log_lines(done: subprocess.CompletedProcess, calls: int, what: str) ->
         raise SystemExit(1)
 
 
+LOG_DIR: Dict[str, str] = {}  # set in main(): our calls' log directories go to the benchmark's scratch dir
+
+
 def env_with(**extra: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.pop("DATABRICKS_AIR_START_METHOD", None)
+    env.update(LOG_DIR)
     env.update(extra)
     return env
 
@@ -291,6 +269,7 @@ def main() -> None:
     print_machine()
     bench_start = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="air-bench-launch-")
+    LOG_DIR["DATABRICKS_AIR_LOG_DIR"] = os.path.join(workdir, "logs")  # same file system as the default; removed
     try:
         a = measure_import_torch()
         b_call, b_wall, b_import = measure_first_call()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -137,7 +136,7 @@ def test_an_unknown_start_method_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
 
 
 def test_large_values_come_back_whole() -> None:
-    def big() -> "torch.Tensor":
+    def big() -> object:
         import torch
 
         return torch.full((64 * 1024 * 1024,), float(os.environ["RANK"]))  # 256 MB

@@ -109,16 +109,20 @@ class RankServerHandle:
         backlog, self._backlog = self._backlog, []
         return backlog
 
-    def close(self) -> None:
-        """Stop the server: closing the socket makes it kill what it started and exit."""
+    def close(self, wait: bool = True) -> None:
+        """Stop the server: closing the socket makes it kill what it started and exit.
+
+        ``wait=False`` (at interpreter exit) does not wait for the server to unload torch and go.
+        """
         try:
             self.socket.close()
         finally:
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            if wait:
+                try:
+                    self.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
 
 
 _live_handles: "weakref.WeakSet[RankServerHandle]" = weakref.WeakSet()
@@ -172,15 +176,15 @@ class _Pool:
         self._lock = threading.Lock()
         self._idle = {}
 
-    def close_all(self) -> None:
+    def close_all(self, wait: bool = True) -> None:
         with self._lock:
             handles = [h for idle in self._idle.values() for h in idle]
             self._idle.clear()
         for handle in handles:
-            handle.close()
+            handle.close(wait=wait)
 
 
 pool = _Pool()
-atexit.register(pool.close_all)
+atexit.register(pool.close_all, wait=False)
 os.register_at_fork(after_in_child=_forget_servers_in_forked_child)
 
