@@ -196,3 +196,37 @@ def test_notebook_style_code_in_main_travels_by_value(run_script) -> None:
     assert done.returncode == 0, done.stderr
     assert "RESULTS [100, 110] True" in done.stdout
     assert done.stdout.count("TOP LEVEL RAN") == 1
+
+
+def test_a_master_port_in_use_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from databricks.air.exceptions import RuntimeConfigurationError
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        monkeypatch.setenv("MASTER_PORT", str(busy.getsockname()[1]))
+        with pytest.raises(RuntimeConfigurationError, match="MASTER_PORT=.*unset MASTER_PORT"):
+            cpu2(rank_environment).distributed()
+    monkeypatch.setenv("MASTER_PORT", "not-a-port")
+    with pytest.raises(RuntimeConfigurationError, match="MASTER_PORT must be a port number"):
+        cpu2(rank_environment).distributed()
+
+
+def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
+    """Where the rank server cannot host the store (no torch.distributed there), plain env:// init still works."""
+    from databricks.air._engine import launch as engine
+
+    class NoStoreServer:
+        def request(self, message: dict) -> dict:
+            assert message["op"] == "store"
+            return {"op": "error", "message": "No module named 'torch'"}
+
+    plan = engine.Launch(
+        name="f", world_size=2, function=b"", arguments=b"", environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},
+        cwd=".", sys_path=[], log_dir=".",
+    )
+    environ = engine._Call(plan, NoStoreServer(), None)._common_environ()  # type: ignore[arg-type]
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in environ
+    assert 0 < int(environ["MASTER_PORT"]) < 65536

@@ -22,6 +22,7 @@ import os
 import secrets
 import selectors
 import signal
+import socket
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -165,7 +166,7 @@ class _Call:
         environ = dict(launch.environ)
         size = str(launch.world_size)
         environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        requested_port = int(environ.get("MASTER_PORT") or 0)
+        requested_port = _requested_port(environ.get("MASTER_PORT", ""))
         # Host the rendezvous store ourselves, as torchrun's agent does: the port is bound before any rank starts
         # (no race between concurrent calls) and no rank waits for rank 0 to start listening.
         answer = self.server.request(
@@ -176,10 +177,13 @@ class _Call:
             environ["MASTER_PORT"] = str(answer["port"])
             environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         elif requested_port:
-            environ["MASTER_PORT"] = str(requested_port)
+            raise RuntimeConfigurationError(
+                f"MASTER_PORT={requested_port} is set, but the rendezvous store cannot listen on it "
+                f"({answer['message']}). Free that port, or unset MASTER_PORT to let databricks.air pick one."
+            )
+        else:  # no torch.distributed in the rank server: rank 0 hosts the store, as plain env:// init does
+            environ["MASTER_PORT"] = str(_free_port())
             environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        else:
-            raise RuntimeConfigurationError(f"cannot host the rendezvous store: {answer['message']}")
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))
         environ.update(
@@ -374,6 +378,22 @@ class _Call:
                         self._on_exit(message)
                 else:
                     self._read_pipe(key.fd)
+
+
+def _requested_port(value: str) -> int:
+    """The caller's ``MASTER_PORT`` (0 when unset)."""
+    value = value.strip()
+    if not value:
+        return 0
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise RuntimeConfigurationError(f"MASTER_PORT must be a port number (1-65535), not {value!r}")
+    return int(value)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def _signal_group(pgid: int, sig: int) -> None:
