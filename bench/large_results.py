@@ -11,9 +11,11 @@ Anchor
     In this same process: ``torch.save`` of two 256 MiB float32 tensors to files in ``tempfile.gettempdir()``
     (where the engine writes its result files too) followed by ``torch.load`` of both; the tensors are created
     before the clock starts; files are deleted after each repetition (not timed). One untimed warm-up, then
-    median of 3. The run points ``tempfile.tempdir`` at a private subdirectory of the system temp dir (same file
-    system), so the engine's call and log directories and the anchor's files all land there; it is removed at
-    the end, and any engine call directory still in it before removal is reported (there should be none).
+    median of 3. Both sides call ``os.sync()`` (untimed) before each timed repetition, so that neither pays for
+    writing back the other's dirty pages. The run points ``tempfile.tempdir`` at a private subdirectory of the
+    system temp dir (same file system), so the engine's call and log directories and the anchor's files all land
+    there; it is removed at the end, and any engine call directory still in it before removal is reported (there
+    should be none).
 
 Target
     our later call <= 1.5 x anchor.
@@ -79,6 +81,7 @@ def ours() -> List[float]:
     big_result.distributed()  # warm-up: starts the rank server
     times = []
     for _ in range(REPEATS):
+        os.sync()  # start every repetition with no dirty pages left by the previous one (both sides do this)
         start = time.perf_counter()
         results = big_result.distributed()
         times.append(time.perf_counter() - start)
@@ -93,9 +96,11 @@ def anchor() -> List[float]:
     times = []
     for repeat in range(REPEATS + 1):  # the first is a warm-up
         paths = [
-            os.path.join(tempfile.gettempdir(), f"air-bench-anchor-{os.getpid()}-{rank}.pt") for rank in range(WORLD_SIZE)
+            os.path.join(tempfile.gettempdir(), f"air-bench-anchor-{os.getpid()}-{rank}.pt")
+            for rank in range(WORLD_SIZE)
         ]
         try:
+            os.sync()
             start = time.perf_counter()
             for tensor, path in zip(tensors, paths):
                 torch.save(tensor, path)

@@ -9,7 +9,9 @@ What it measures
     b. our *first* call: a fresh ``python -c '<script>'`` that imports ``databricks.air``, decorates the function
        and calls ``.distributed()`` once. Reported: the call's own time (``time.perf_counter()`` around the call,
        inside the subprocess; it includes starting the rank server, which imports torch) and the whole
-       subprocess's wall time (interpreter start to exit). Median of 5 fresh subprocesses after 1 warm-up;
+       subprocess's wall time (from starting it until the process exits; its output goes to files, so processes
+       that inherited it, like the idle rank server unloading torch, are not waited for). Median of 5 fresh
+       subprocesses after 1 warm-up;
     c. our *later* calls: one subprocess makes 1 warm-up call (which starts the rank server), then 10 timed calls;
        median;
     d. anchor: ``torch.multiprocessing.spawn`` doing the same work (results through a spawn-context queue), timed
@@ -29,7 +31,7 @@ Targets
     first call (b, the call's own time) <= (a) + 0.5 s;
     later call (c) <= 0.5 x mp.spawn (d) and <= 1/3 x torchrun (e).
 
-Run: ``.venv/bin/python bench/launch_latency.py``  (about a minute on 2 vCPUs). Nothing asserts on time; the
+Run: ``.venv/bin/python bench/launch_latency.py``  (about 1.5 minutes on 2 vCPUs). Nothing asserts on time; the
 script prints a table and PASS/MISS per target. It exits non-zero only if a subprocess fails or a result is wrong.
 """
 
@@ -154,10 +156,27 @@ def print_machine() -> None:
 
 
 def run(argv: Sequence[str], env: Dict[str, str] = None, what: str = "") -> subprocess.CompletedProcess:
-    """Run a subprocess to completion; stop the benchmark with its output if it fails."""
-    done = subprocess.run(
-        list(argv), env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
-    )
+    """Run a subprocess until it exits; stop the benchmark with its output if it fails.
+
+    Output goes to files, not pipes, and the wall time (``.wall``) ends when the process exits: a pipe would also
+    wait for whatever inherited it (an idle rank server keeps the caller's stderr until it has unloaded torch),
+    which is not what a user waits for.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(list(argv), env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            returncode = process.wait(timeout=SUBPROCESS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            returncode = process.wait()
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(
+            list(argv), returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        )
+    done.wall = seconds  # type: ignore[attr-defined]
     if done.returncode != 0:
         sys.stderr.write(
             f"\n{what or argv[:3]} failed with exit status {done.returncode}\n--- stdout\n{done.stdout}\n"
@@ -168,9 +187,8 @@ def run(argv: Sequence[str], env: Dict[str, str] = None, what: str = "") -> subp
 
 
 def wall(argv: Sequence[str], env: Dict[str, str] = None, what: str = "") -> tuple:
-    start = time.perf_counter()
     done = run(argv, env, what)
-    return time.perf_counter() - start, done
+    return done.wall, done  # type: ignore[attr-defined]
 
 
 def last_json(done: subprocess.CompletedProcess):
