@@ -134,9 +134,11 @@ def test_when_the_caller_is_killed_every_rank_and_child_is_gone_within_5_s(tmp_p
     script.write_text(textwrap.dedent(CALLER))
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     caller = subprocess.Popen(
         [sys.executable, str(script), str(pid_dir), variant],
-        env={**os.environ, "AIR_TEST_MARKER": marker},
+        env={**os.environ, "AIR_TEST_MARKER": marker, "TMPDIR": str(scratch)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -152,6 +154,7 @@ def test_when_the_caller_is_killed_every_rank_and_child_is_gone_within_5_s(tmp_p
         caller.send_signal(signal.SIGKILL)
         caller.wait()
         assert wait_until(lambda: not survivors(), 5), survivors()
+        assert list(scratch.iterdir()) == []  # the rank server removed the private call directory
     finally:
         caller.kill()
         for process in processes_with_marker(marker):
@@ -259,3 +262,40 @@ def test_a_users_file_shadowing_a_module_torch_imports_is_never_run(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "RESULT [1.0, 1.0]" in done.stdout
     assert not marker.exists()
+
+
+def test_a_caller_killed_while_the_rank_server_starts_leaves_no_files(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = tmp_path / "caller.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from databricks.air import distributed
+
+            @distributed(num_accelerators=2, accelerator_type="CPU")
+            def work(secret):
+                return len(secret)
+
+            work.distributed("a secret argument")
+            """
+        )
+    )
+    marker = uuid.uuid4().hex
+    caller = subprocess.Popen(
+        [sys.executable, str(script)],
+        env={**os.environ, "TMPDIR": str(scratch), "AIR_TEST_MARKER": marker},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # The payload is written before the rank server has finished importing torch.
+        assert wait_until(lambda: any(scratch.glob("databricks-air-call-*/arguments.bin")), 60)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+        assert wait_until(lambda: not list(scratch.iterdir()), 10), list(scratch.rglob("*"))
+        assert wait_until(lambda: not processes_with_marker(marker), 5)
+    finally:
+        caller.kill()
+        for process in processes_with_marker(marker):
+            process.kill()

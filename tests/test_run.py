@@ -230,3 +230,26 @@ def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
     environ = engine._Call(plan, NoStoreServer(), None)._common_environ()  # type: ignore[arg-type]
     assert "TORCHELASTIC_USE_AGENT_STORE" not in environ
     assert 0 < int(environ["MASTER_PORT"]) < 65536
+
+
+def test_modules_to_preload_and_problems_preloading_them(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "wave, no_such_module_for_air")
+
+    def preloaded() -> bool:
+        import sys
+
+        return "wave" in sys.modules  # nothing else imports it
+
+    assert cpu2(preloaded).distributed() == [True, True]
+    assert "could not preload no_such_module_for_air: ModuleNotFoundError" in capfd.readouterr().err
+
+
+def test_without_preloading_a_module_is_not_there() -> None:
+    def imported() -> bool:
+        import sys
+
+        return "wave" in sys.modules
+
+    assert cpu2(imported).distributed() == [False, False]

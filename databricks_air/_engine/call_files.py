@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from typing import Dict, List
 
+CALL_DIR_PREFIX = "databricks-air-call-"
+
 
 @dataclasses.dataclass(frozen=True)
 class RankSetup:
@@ -39,7 +41,7 @@ class CallFiles:
     @classmethod
     def create(cls) -> "CallFiles":
         """Make a new private directory (``tempfile.mkdtemp`` creates it with mode 0700)."""
-        return cls(tempfile.mkdtemp(prefix="databricks-air-call-"))
+        return cls(tempfile.mkdtemp(prefix=CALL_DIR_PREFIX))
 
     @property
     def setup(self) -> str:

@@ -80,6 +80,7 @@ def run(launch: Launch) -> List[Any]:
     deadline = None if launch.timeout is None else time.monotonic() + launch.timeout
     server = rank_server_handle.pool.acquire(launch.environ)
     files = CallFiles.create()
+    server.notify({"op": "adopt", "call_dir": files.path})
     call = None
     try:
         files.write_bytes(files.function, launch.function)

@@ -15,8 +15,11 @@ attached where noted.
   answered by ``{"op": "spawned", "pids"}``.
 * caller → server ``{"op": "store", "world_size", "port", "timeout"}``: fork a process hosting the rendezvous
   ``TCPStore``; answered by ``{"op": "store", "pid", "port"}`` or ``{"op": "error", "message"}``.
+* caller → server ``{"op": "adopt", "call_dir"}`` (no answer): the server removes that private call directory if
+  the caller dies before it could (a SIGKILL skips the caller's own clean-up).
 * server → caller ``{"op": "exit", "pid", "status"}`` whenever a child ends (status as ``Popen.returncode``).
-* server → caller ``{"op": "ready", "pid"}`` once preloading is done.
+* server → caller ``{"op": "ready", "pid", "problems"}`` once preloading is done; ``problems`` lists modules that
+  could not be preloaded (the server's own stderr goes nowhere, so as not to hold the caller's stderr open).
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import importlib
 import os
 import pickle
 import selectors
+import shutil
 import signal
 import socket
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
+
+from databricks.air._engine.call_files import CALL_DIR_PREFIX
 
 # `python -c` puts the working directory first on sys.path; a user's file there named like a module torch imports
 # (concurrent.py, say) would then be imported, and run, while preloading. The rank applies the caller's own
@@ -84,12 +90,16 @@ class RankServer:
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, None)
         self.children: Dict[int, int] = {}  # pidfd -> pid
+        self.call_dirs: Set[str] = set()
         self.pid = os.getpid()
 
     # --- the loop ------------------------------------------------------------------------------------------------
 
-    def serve(self) -> None:
-        send(self.control, {"op": "ready", "pid": self.pid})
+    def serve(self, problems: List[str]) -> None:
+        try:
+            send(self.control, {"op": "ready", "pid": self.pid, "problems": problems})
+        except OSError:
+            pass  # the caller is gone already; read what it sent (call directories to remove), then EOF
         try:
             while True:
                 for key, _ in self.selector.select():
@@ -100,6 +110,7 @@ class RankServer:
                         self._reap(key.fd)
         finally:
             self.kill_all()
+            self.remove_call_dirs()
 
     def _handle_request(self) -> bool:
         try:
@@ -109,6 +120,16 @@ class RankServer:
         if message is None:  # the caller is gone
             return False
         op = message["op"]
+        if op == "adopt":
+            self.call_dirs = {path for path in self.call_dirs if os.path.isdir(path)}
+            self.call_dirs.add(message["call_dir"])
+            return True
+        try:
+            return self._answer(op, message, fds)
+        except OSError:  # the answer could not be sent: the caller is gone
+            return False
+
+    def _answer(self, op: str, message: dict, fds: List[int]) -> bool:
         if op == "spawn":
             try:
                 pids = self._spawn_ranks(message["call_dir"], message["ranks"], message["exec"], fds)
@@ -117,10 +138,21 @@ class RankServer:
             else:
                 send(self.control, {"op": "spawned", "pids": pids})
         elif op == "store":
-            send(self.control, self._start_store(message["world_size"], message["port"], message["timeout"]))
+            try:
+                answer = self._start_store(message["world_size"], message["port"], message["timeout"])
+            except OSError as error:  # fork failed
+                answer = {"op": "error", "message": f"cannot start the store process: {error}"}
+            send(self.control, answer)
         else:
             send(self.control, {"op": "error", "message": f"unknown request {op!r}"})
         return True
+
+    def remove_call_dirs(self) -> None:
+        """Remove the private call directories of calls the caller did not live to clean up."""
+        for path in self.call_dirs:
+            if os.path.basename(path).startswith(CALL_DIR_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
+        self.call_dirs.clear()
 
     def _watch(self, pid: int) -> None:
         pidfd = os.pidfd_open(pid)
@@ -135,7 +167,10 @@ class RankServer:
         # left in its group (DataLoader workers, stray subprocesses) before reaping it.
         _kill_group(pid, signal.SIGKILL)
         _, wait_status = os.waitpid(pid, 0)
-        send(self.control, {"op": "exit", "pid": pid, "status": status_from_wait(wait_status)})
+        try:
+            send(self.control, {"op": "exit", "pid": pid, "status": status_from_wait(wait_status)})
+        except OSError:
+            pass  # the caller is gone; the control socket's EOF ends the loop
 
     def kill_all(self) -> None:
         """Kill every child's process group and reap the children."""
@@ -260,16 +295,21 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def preload() -> None:
-    """Import what every rank needs, so that forked ranks start warm. Never touches CUDA."""
+def preload() -> List[str]:
+    """Import what every rank needs, so that forked ranks start warm. Never touches CUDA.
+
+    Returns what could not be imported; a rank that needs it imports it again and sees the real error.
+    """
     modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
     extra = os.environ.get("DATABRICKS_AIR_PRELOAD", "")
     modules += [name.strip() for name in extra.split(",") if name.strip()]
+    problems = []
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001 - a rank imports it again and sees the real error
-            print(f"databricks.air rank server: could not preload {name}: {error}", file=sys.stderr)
+        except Exception as error:  # noqa: BLE001
+            problems.append(f"could not preload {name}: {type(error).__name__}: {error}")
+    return problems
 
 
 def main() -> None:
@@ -278,8 +318,8 @@ def main() -> None:
     # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    preload()
-    RankServer(control).serve()
+    problems = preload()
+    RankServer(control).serve(problems)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ class RankServerHandle:
                 pass_fds=[server_end.fileno()],
                 env=environ,
                 stdin=subprocess.DEVNULL,
+                # Not the caller's streams: a server outlives calls, and whoever reads the caller's output
+                # (a pipe, a CI log) must see EOF when the caller exits. Problems come back in "ready".
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C to the caller's process group must not kill it mid-teardown
                 close_fds=True,
             )
@@ -82,10 +85,19 @@ class RankServerHandle:
         if message is None or message.get("op") != "ready":
             self.close()
             raise RuntimeConfigurationError(
-                f"the databricks.air rank server ({sys.executable}) did not start; its error output is above. "
-                "Check that this interpreter can `import torch`."
+                f"the databricks.air rank server ({sys.executable}) did not start. Check that this interpreter "
+                "can `import databricks.air` and `import torch`."
             )
+        for problem in message.get("problems", []):
+            print(f"databricks.air rank server: {problem}", file=sys.stderr)
         self.ready = True
+
+    def notify(self, message: dict) -> None:
+        """Send a message that has no answer (queued until the server reads it, even while it starts)."""
+        try:
+            rank_server.send(self.socket, message)
+        except OSError:
+            pass  # a dead server is reported by wait_ready
 
     def request(self, message: dict, fds: Optional[List[int]] = None) -> dict:
         """Send a request and return its answer; exit notices that arrive first are kept for :meth:`events`."""
