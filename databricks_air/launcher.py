@@ -21,22 +21,20 @@ Example::
 from __future__ import annotations
 
 import inspect
-import numbers
 import os
 import sys
 import tempfile
 import time
-import warnings
 from typing import Any, Callable, List, Optional, Union
 
-from databricks.air import compute, payload
+from databricks.air import payload, validation
 from databricks.air._engine import launch as engine
-from databricks.air._warnings import user_stacklevel
-from databricks.air.exceptions import GPUValidationError, RuntimeConfigurationError
+from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
+from databricks.air.exceptions import RuntimeConfigurationError
 
 __all__ = ["distributed"]
 
-DEFAULT_TIMEOUT = 10800
+DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
 SHOW_ALL_RANKS_VARIABLE = "DATABRICKS_AIR_SHOW_ALL_RANKS"
 START_METHOD_VARIABLE = "DATABRICKS_AIR_START_METHOD"
 LOG_DIR_VARIABLE = "DATABRICKS_AIR_LOG_DIR"
@@ -45,90 +43,17 @@ GRACE_VARIABLE = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"
 _UNSET: Any = object()
 
 
-def _check_timeout(timeout: Any) -> Optional[float]:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise RuntimeConfigurationError(
-            f"timeout must be None or a positive number of seconds, not {timeout!r} ({type(timeout).__name__})"
-        )
-    if timeout <= 0:
-        raise RuntimeConfigurationError(
-            f"timeout must be a positive number of seconds, not {timeout!r}; pass timeout=None for no limit"
-        )
-    return timeout
-
-
-def _check_count(num_accelerators: Any) -> Optional[int]:
-    if num_accelerators is None:
-        return None
-    if isinstance(num_accelerators, bool) or not isinstance(num_accelerators, int):
-        raise GPUValidationError(
-            f"num_accelerators must be an int, not {type(num_accelerators).__name__} ({num_accelerators!r})"
-        )
-    if num_accelerators <= 0:
-        raise GPUValidationError(f"num_accelerators must be at least 1, not {num_accelerators}")
-    return num_accelerators
-
-
-def _fold_deprecated(
-    num_accelerators: Any, accelerator_type: Any, gpus: Any, gpu_type: Any, api: str
-) -> tuple:
-    """Map the old ``gpus``/``gpu_type`` names onto the new ones, with a ``FutureWarning`` each."""
-    if gpus is not None:
-        if num_accelerators is not None:
-            raise RuntimeConfigurationError(
-                f"{api}: pass either num_accelerators or the deprecated gpus, not both (use num_accelerators)"
-            )
-        warnings.warn(
-            f"{api}: the gpus parameter is deprecated; use num_accelerators={gpus!r} instead",
-            FutureWarning,
-            stacklevel=user_stacklevel(),
-        )
-        num_accelerators = gpus
-    if gpu_type is not None:
-        if accelerator_type is not None:
-            raise RuntimeConfigurationError(
-                f"{api}: pass either accelerator_type or the deprecated gpu_type, not both (use accelerator_type)"
-            )
-        warnings.warn(
-            f"{api}: the gpu_type parameter is deprecated; use accelerator_type={getattr(gpu_type, 'value', gpu_type)!r}"
-            " instead",
-            FutureWarning,
-            stacklevel=user_stacklevel(),
-        )
-        accelerator_type = gpu_type
-    return num_accelerators, accelerator_type
-
-
-def _resolve_local(num_accelerators: Optional[int], accelerator_type: Any) -> tuple:
-    """``(count, accelerator type)`` for a run on this machine; checks what is attached."""
-    if compute.cpu_mode_requested(accelerator_type):
-        return num_accelerators or 1, compute.CPU
-    available = compute.attached_gpu_count()
-    if available <= 0:
-        raise GPUValidationError(
-            "no GPU is attached to this machine. To run on CPU ranks over gloo instead, decorate with "
-            '@distributed(accelerator_type="CPU", num_accelerators=N) or set the environment variable '
-            f"{compute.ACCELERATOR_TYPE_VARIABLE}=CPU (then use dist.init_process_group(\"gloo\") in the function)."
-        )
-    if num_accelerators is not None and num_accelerators > available:
-        raise GPUValidationError(
-            f"num_accelerators={num_accelerators} requested, but only {available} GPU(s) are visible on this "
-            "machine (CUDA_VISIBLE_DEVICES is honoured). Pass num_accelerators between 1 and "
-            f"{available}, or omit it to use all of them."
-        )
-    return num_accelerators or available, accelerator_type
-
-
 class DistributedFunction:
     """A function decorated with ``@distributed(...)``: run it with :meth:`distributed`.
 
     Attributes:
         func: the original function (call it directly to run it once in this process).
         num_accelerators: the number of ranks (``gpus`` is its old name).
-        accelerator_type: ``"CPU"`` in CPU mode, else the type given (or ``None``: whatever GPUs are attached).
-        remote: whether the function runs off this machine (not supported yet).
+        accelerator_type: the resolved :class:`AcceleratorType` (the attached shape; ``AcceleratorType.CPU`` for
+            CPU ranks; ``None`` for GPU models the reference has no shape for, such as H200).
+        gpu_type: the GPU model as a legacy :class:`GPUType`, where there is one.
+        gpus_per_node: GPUs per node of that shape.
+        remote: whether the function runs off this machine.
         timeout: seconds the whole call may take, or ``None``.
     """
 
@@ -143,12 +68,17 @@ class DistributedFunction:
     ) -> None:
         if not callable(func):
             raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
+        shape, _ = validation.parse_type(accelerator_type)
+        model, _ = validation.parse_type(gpu_type)
+        if isinstance(model, AcceleratorType):  # a shape passed as gpu_type
+            shape, model = shape or model, model.gpu_type
         self.gpus = gpus
-        self.gpu_type = gpu_type
+        self.gpu_type: Optional[GPUType] = model if model is not None else getattr(shape, "gpu_type", None)
         self.remote = remote
         self.func = func
-        self.timeout = _check_timeout(timeout)
-        self._accelerator_type = accelerator_type if accelerator_type is not None else gpu_type
+        self.timeout = validation.check_timeout(timeout)
+        self._shape: Optional[AcceleratorType] = shape  # type: ignore[assignment]
+        self._requested: validation.RequestedType = shape or self.gpu_type
         self.last_log_dir: Optional[str] = None
 
     @property
@@ -156,20 +86,24 @@ class DistributedFunction:
         return self.gpus
 
     @property
-    def accelerator_type(self) -> Any:
-        return self._accelerator_type
+    def accelerator_type(self) -> Optional[AcceleratorType]:
+        if self._shape is None and self.gpu_type is not None:
+            return AcceleratorType.from_gpu_type(self.gpu_type, self.gpus)
+        return self._shape
 
     @property
     def gpus_per_node(self) -> int:
-        # One node: every rank is on this machine.
-        return self.gpus
+        if self.gpu_type is not None:
+            return get_gpus_per_node(self.gpu_type, self.gpus)
+        return self.gpus  # CPU ranks, or a GPU model without a shape: one node
 
     def __repr__(self) -> str:
-        kind = getattr(self.accelerator_type, "value", self.accelerator_type)
+        shape = self.accelerator_type
         name = getattr(self.func, "__qualname__", repr(self.func))
         return (
-            f"DistributedFunction(num_accelerators={self.num_accelerators}, accelerator_type={kind}, "
-            f"remote={self.remote}, timeout={self.timeout}, func={name})"
+            f"DistributedFunction(num_accelerators={self.num_accelerators}, "
+            f"accelerator_type={shape.value if shape is not None else None}, remote={self.remote}, "
+            f"timeout={self.timeout}, func={name})"
         )
 
     __str__ = __repr__
@@ -183,28 +117,30 @@ class DistributedFunction:
 
     def with_overrides(
         self,
-        num_accelerators: Any = _UNSET,
-        accelerator_type: Any = _UNSET,
+        num_accelerators: Optional[int] = None,
+        accelerator_type: Any = None,
+        remote: Optional[bool] = None,
         timeout: Any = _UNSET,
         *,
-        gpus: Any = None,
+        gpus: Optional[int] = None,
         gpu_type: Any = None,
     ) -> "DistributedFunction":
-        """A copy with some settings changed; this object stays as it is. ``timeout=None`` removes the cap."""
-        count = None if num_accelerators is _UNSET else num_accelerators
-        kind = None if accelerator_type is _UNSET else accelerator_type
-        count, kind = _fold_deprecated(count, kind, gpus, gpu_type, "with_overrides")
-        if count is None:
-            count = self.num_accelerators
-        if kind is None:
-            kind = self.accelerator_type
+        """A copy with some settings changed; this object stays as it is.
+
+        Omitted settings keep their values (the accelerator type keeps what was asked for, so a new count
+        re-derives the shape); ``timeout=None`` removes the cap, an omitted ``timeout`` keeps it.
+        """
+        timeout = self.timeout if timeout is _UNSET else validation.check_timeout(timeout)
+        count, requested = validation.normalize_names(
+            num_accelerators, accelerator_type, gpus, gpu_type, "with_overrides", known_count=self.num_accelerators
+        )
+        count = validation.check_count(count)
         return _build(
             self.func,
-            count,
-            kind,
-            self.remote,
-            self.timeout if timeout is _UNSET else timeout,
-            explicit_count=True,
+            count if count is not None else self.num_accelerators,
+            requested if requested is not None else self._requested,
+            self.remote if remote is None else remote,
+            timeout,
         )
 
     def distributed(self, *args: Any, **kwargs: Any) -> List[Any]:
@@ -224,7 +160,7 @@ class DistributedFunction:
         log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
         self.last_log_dir = log_dir
         name = getattr(self.func, "__qualname__", "function")
-        kind = getattr(self.accelerator_type, "value", self.accelerator_type) or "GPU"
+        kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
         print(
             f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
             file=sys.stderr,
@@ -280,22 +216,20 @@ def _make_log_dir(function_name: str) -> str:
 
 
 def _build(
-    func: Callable[..., Any],
-    num_accelerators: Any,
-    accelerator_type: Any,
-    remote: bool,
-    timeout: Any,
-    explicit_count: bool = False,
+    func: Callable[..., Any], count: Optional[int], requested: validation.RequestedType, remote: bool, timeout: Any
 ) -> DistributedFunction:
-    timeout = _check_timeout(timeout)
-    count = _check_count(num_accelerators)
+    """Resolve the settings against this machine and wrap ``func``."""
     if remote:
+        count, shape = validation.resolve_remote(count, requested)
         raise RuntimeConfigurationError(
-            "remote=True runs the function on a Ray cluster, which is not available in this version yet. "
-            "Use remote=False to run on this machine's GPUs (or CPU ranks)."
+            "remote=True runs the function on a Ray cluster, which this version does not support yet "
+            "(it arrives with `pip install databricks-air-oss[ray]`). Use remote=False to run on this "
+            "machine's GPUs, or on CPU ranks."
         )
-    count, kind = _resolve_local(count, accelerator_type)
-    return DistributedFunction(count, kind, remote, func, timeout=timeout, accelerator_type=kind)
+    count, shape = validation.resolve_local(count, requested)
+    function = DistributedFunction(count, shape.gpu_type if shape else None, False, func, timeout, shape)
+    function._requested = requested
+    return function
 
 
 def distributed(
@@ -311,20 +245,27 @@ def distributed(
 
     Args:
         num_accelerators: the number of ranks; default every visible GPU (1 in CPU mode).
-        accelerator_type: optional; ``"CPU"`` runs CPU ranks over gloo (so does ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU``).
+        accelerator_type: an :class:`AcceleratorType` or its name (any case); optional locally, where it must
+            match the attached GPUs. ``"CPU"`` runs CPU ranks over gloo (so does
+            ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU``, whatever the code says).
         remote: ``True`` would run off this machine; not supported yet.
         timeout: seconds the whole call may take (default 3 hours); ``None`` for no limit.
         gpus: deprecated name of ``num_accelerators``.
         gpu_type: deprecated name of ``accelerator_type``.
+
+    Settings are checked here, when the decorator runs, not at the first call.
     """
-    checked_timeout = _check_timeout(timeout)
-    count, kind = _fold_deprecated(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
-    # Validate now, not at the first call, so that configuration errors show where the decorator is.
-    _check_count(count)
+    checked_timeout = validation.check_timeout(timeout)
+    count, requested = validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
+    count = validation.check_count(count)
+    if remote:
+        validation.decoration_notes(count or 0, checked_timeout, remote=True)
 
     def decorate(func: Callable[..., Any]) -> DistributedFunction:
         if isinstance(func, DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed()")
-        return _build(func, count, kind, remote, checked_timeout)
+        function = _build(func, count, requested, remote, checked_timeout)
+        validation.decoration_notes(function.num_accelerators, checked_timeout, remote=False)
+        return function
 
     return decorate

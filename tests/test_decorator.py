@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from databricks.air import compute, distributed
+from databricks.air.compute import AcceleratorType
 from databricks.air.exceptions import GPUValidationError, RuntimeConfigurationError
 from databricks.air.launcher import DistributedFunction
 
@@ -17,7 +18,7 @@ def test_decorator_returns_a_distributed_function_with_its_settings() -> None:
     fn = distributed(num_accelerators=3, accelerator_type="CPU", timeout=60)(train)
     assert isinstance(fn, DistributedFunction)
     assert fn.func is train
-    assert (fn.num_accelerators, fn.gpus, fn.accelerator_type, fn.remote, fn.timeout) == (3, 3, "CPU", False, 60)
+    assert (fn.num_accelerators, fn.gpus, fn.accelerator_type, fn.remote, fn.timeout) == (3, 3, AcceleratorType.CPU, False, 60)
     assert fn.gpus_per_node == 3
     assert repr(fn) == (
         "DistributedFunction(num_accelerators=3, accelerator_type=CPU, remote=False, timeout=60, func=train)"
@@ -65,7 +66,7 @@ def test_cpu_mode_defaults_to_one_rank() -> None:
 def test_cpu_mode_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_ACCELERATOR_TYPE", "CPU")
     fn = distributed(num_accelerators=2)(train)
-    assert (fn.num_accelerators, fn.accelerator_type) == (2, "CPU")
+    assert (fn.num_accelerators, fn.accelerator_type) == (2, AcceleratorType.CPU)
 
 
 def test_without_gpus_or_cpu_mode_decoration_explains_cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,14 +102,14 @@ def test_gpu_count_needs_no_cuda_on_this_machine() -> None:
 
 def test_remote_is_refused_until_ray_support_lands() -> None:
     with pytest.raises(RuntimeConfigurationError, match="Ray"):
-        distributed(num_accelerators=8, accelerator_type="CPU", remote=True)(train)
+        distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=True)(train)
 
 
 def test_deprecated_names_still_work_with_a_future_warning() -> None:
     with pytest.warns(FutureWarning, match="num_accelerators=2"):
         fn = distributed(gpus=2, accelerator_type="CPU")(train)
     assert fn.num_accelerators == 2
-    with pytest.raises(RuntimeConfigurationError, match="not both"):
+    with pytest.raises(RuntimeConfigurationError, match="cannot combine"):
         distributed(gpus=2, num_accelerators=2)
 
 

@@ -1,0 +1,263 @@
+"""Checking and resolving the settings of ``@distributed``, ``@ray_launch`` and ``with_overrides``.
+
+The order is the reference's: the timeout first (so that a machine without GPUs still reports configuration
+errors), then the deprecated names ``gpus``/``gpu_type`` and values (a ``FutureWarning`` each, attributed to the
+user's own line), then the count and the accelerator type against what this machine has.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import numbers
+import os
+import warnings
+from typing import Any, Optional, Tuple, Union
+
+from databricks.air import compute
+from databricks.air._warnings import user_stacklevel
+from databricks.air.compute import AcceleratorType, GPUType
+from databricks.air.exceptions import GPUTypeError, GPUValidationError, RuntimeConfigurationError
+
+logger = logging.getLogger("databricks.air")
+
+DEFAULT_TIMEOUT = 10800
+REMOVAL_NOTICE = "The deprecated form will be removed in AI runtime client image v7."
+
+RequestedType = Union[AcceleratorType, GPUType, None]
+
+
+def check_timeout(timeout: Any) -> Optional[Union[int, float]]:
+    """``None`` or a positive number of seconds."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise RuntimeConfigurationError(
+            f"timeout must be None or a positive number of seconds, not {timeout!r} ({type(timeout).__name__})"
+        )
+    if timeout <= 0:
+        raise RuntimeConfigurationError(
+            f"timeout must be a positive number of seconds, not {timeout!r}; pass timeout=None for no limit"
+        )
+    return timeout
+
+
+def check_count(num_accelerators: Any) -> Optional[int]:
+    """``None`` or a positive ``int`` (not a ``bool``)."""
+    if num_accelerators is None:
+        return None
+    if isinstance(num_accelerators, bool) or not isinstance(num_accelerators, int):
+        raise GPUValidationError(
+            f"num_accelerators must be an int, not {type(num_accelerators).__name__} ({num_accelerators!r})"
+        )
+    if num_accelerators <= 0:
+        raise GPUValidationError(f"num_accelerators must be at least 1, not {num_accelerators}")
+    return num_accelerators
+
+
+def parse_type(value: Any) -> Tuple[RequestedType, bool]:
+    """``(type, is_legacy)``: ``AcceleratorType`` first (case-insensitive), then the legacy ``GPUType``."""
+    if value is None:
+        return None, False
+    if isinstance(value, AcceleratorType):
+        return value, False
+    if isinstance(value, GPUType):
+        return value, True
+    try:
+        return AcceleratorType(value), False
+    except GPUTypeError:
+        pass
+    try:
+        return GPUType(value), True
+    except GPUTypeError:
+        raise GPUTypeError(
+            f"unknown accelerator type {value!r}; expected one of {AcceleratorType.values()} "
+            '(or "CPU" for CPU ranks)'
+        ) from None
+
+
+def _suggestion(model: GPUType, count: Optional[int]) -> str:
+    if count is not None:
+        return f'accelerator_type="{AcceleratorType.from_gpu_type(model, count).value}"'
+    return f"accelerator_type set to one of {AcceleratorType.values()}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"{message} {REMOVAL_NOTICE}", FutureWarning, stacklevel=user_stacklevel())
+
+
+def normalize_names(
+    num_accelerators: Any,
+    accelerator_type: Any,
+    gpus: Any,
+    gpu_type: Any,
+    api: str,
+    known_count: Optional[int] = None,
+) -> Tuple[Any, RequestedType]:
+    """Fold ``gpus``/``gpu_type`` into the new names and parse the type, warning once per deprecated thing.
+
+    ``known_count`` (the function's current count, for ``with_overrides``) makes suggestions exact.
+    """
+    if gpus is not None and num_accelerators is not None:
+        raise RuntimeConfigurationError(
+            f"{api}: cannot combine num_accelerators={num_accelerators!r} with the deprecated gpus={gpus!r}; "
+            "pass num_accelerators only"
+        )
+    if gpu_type is not None and accelerator_type is not None:
+        raise RuntimeConfigurationError(
+            f"{api}: cannot combine accelerator_type={_shown(accelerator_type)!r} with the deprecated "
+            f"gpu_type={_shown(gpu_type)!r}; pass accelerator_type only"
+        )
+    if gpus is not None:
+        _warn(f"The gpus parameter is deprecated; use num_accelerators={gpus!r} in {api} instead.")
+        num_accelerators = gpus
+    count = num_accelerators if isinstance(num_accelerators, int) else known_count
+    if gpu_type is not None:
+        requested, legacy = parse_type(gpu_type)
+        if legacy:
+            assert isinstance(requested, GPUType)
+            _warn(
+                f"The gpu_type parameter and its value {_shown(gpu_type)!r} are deprecated; use "
+                f"{_suggestion(requested, count)} in {api} instead."
+            )
+        else:
+            assert isinstance(requested, AcceleratorType)
+            _warn(f'The gpu_type parameter is deprecated; use accelerator_type="{requested.value}" in {api} instead.')
+        return num_accelerators, requested
+    requested, legacy = parse_type(accelerator_type)
+    if legacy:
+        assert isinstance(requested, GPUType)
+        _warn(
+            f"accelerator_type={_shown(accelerator_type)!r} uses a deprecated GPU type; use "
+            f"{_suggestion(requested, count)} in {api} instead."
+        )
+    return num_accelerators, requested
+
+
+def _shown(value: Any) -> Any:
+    return value.value if isinstance(value, (AcceleratorType, GPUType)) else value
+
+
+def resolve_remote(count: Optional[int], requested: RequestedType) -> Tuple[int, AcceleratorType]:
+    """The count and shape of a remote run (reference 3.3, remote rules)."""
+    if count is None:
+        raise GPUValidationError("remote=True needs num_accelerators: the number of GPUs to run on")
+    if requested is None or requested is AcceleratorType.CPU:
+        raise GPUValidationError(f"remote=True needs accelerator_type, one of {AcceleratorType.values()}")
+    if isinstance(requested, AcceleratorType):
+        if requested is AcceleratorType.GPU_1xH100 and count != 1:
+            raise GPUValidationError(
+                f"GPU_1xH100 runs exactly 1 GPU, not {count}; use GPU_8xH100 for more "
+                "(GPU_1xH100 also needs to be enabled for the workspace)"
+            )
+        per_node = requested.gpus_per_node or 1
+        if count % per_node:
+            raise GPUValidationError(
+                f"{requested.value} has {per_node} GPUs per node: num_accelerators must be a multiple of "
+                f"{per_node}, not {count}"
+            )
+        return count, requested
+    if requested is GPUType.H100 and count != 1 and count % 8:
+        raise GPUValidationError(f"H100 runs 1 GPU or a multiple of 8, not {count}")
+    if requested is GPUType.B300 and count % 8:
+        raise GPUValidationError(f"B300 runs a multiple of 8 GPUs, not {count}")
+    return count, AcceleratorType.from_gpu_type(requested, count)
+
+
+def resolve_local(count: Optional[int], requested: RequestedType) -> Tuple[int, Optional[AcceleratorType]]:
+    """The count and shape of a run on this machine, checked against its GPUs (or CPU ranks).
+
+    The shape is the attached one (4 of 8 H100s run as ``GPU_8xH100``); ``None`` for models the reference has
+    no shape for (H200, A100, L4...), which run all the same when no type is asked for.
+    """
+    if compute.cpu_mode_from_environment():
+        if requested not in (None, AcceleratorType.CPU):
+            logger.warning(
+                "%s=CPU: running %d CPU rank(s) instead of accelerator_type=%s",
+                compute.ACCELERATOR_TYPE_VARIABLE,
+                count or 1,
+                _shown(requested),
+            )
+        return count or 1, AcceleratorType.CPU
+    if requested is AcceleratorType.CPU:
+        return count or 1, AcceleratorType.CPU
+    available = compute.attached_gpu_count()
+    if importlib.util.find_spec("torch") is None:
+        if available <= 0:
+            raise GPUValidationError(_no_gpu_message())
+        raise RuntimeConfigurationError(
+            "torch is not installed, and local runs need it: pip install torch "
+            f"(for this GPU host, e.g. --index-url https://download.pytorch.org/whl/{_cuda_wheel_suffix()})"
+        )
+    if available <= 0:
+        raise GPUValidationError(_no_gpu_message())
+    if count is not None and count > available:
+        raise GPUValidationError(
+            f"num_accelerators={count} requested, but only {available} GPU(s) are visible on this machine "
+            f"(CUDA_VISIBLE_DEVICES is honoured). Pass num_accelerators between 1 and {available}, or omit it "
+            "to use all of them."
+        )
+    count = count or available
+    device = compute.attached_gpu_name() or "unknown device"
+    model = compute.parse_gpu_model(device)
+    attached = AcceleratorType.from_gpu_type(model, available) if model is not None else None
+    if requested is None:
+        return count, attached
+    if model is None:
+        raise GPUTypeError(
+            f"accelerator_type={_shown(requested)!r} was asked for, but this machine has {device!r}, which has "
+            "no accelerator type of its own. Omit accelerator_type to run on it."
+        )
+    if isinstance(requested, AcceleratorType) and requested is not attached:
+        raise GPUTypeError(
+            f"accelerator_type={requested.value!r} does not match this machine ({available} x {device}, "
+            f'accelerator_type="{attached.value}"). Pass accelerator_type="{attached.value}" or omit it.'
+        )
+    if isinstance(requested, GPUType) and requested is not model:
+        raise GPUTypeError(
+            f"gpu type {requested.value!r} does not match this machine's {device!r} ({model.value}). "
+            f'Pass accelerator_type="{attached.value}" or omit it.'
+        )
+    return count, attached
+
+
+def _no_gpu_message() -> str:
+    return (
+        "no GPU is attached to this machine. To run on CPU ranks over gloo instead, decorate with "
+        '@distributed(accelerator_type="CPU", num_accelerators=N) or set the environment variable '
+        f'{compute.ACCELERATOR_TYPE_VARIABLE}=CPU (then use dist.init_process_group("gloo") in the function).'
+    )
+
+
+def _cuda_wheel_suffix() -> str:
+    version = os.environ.get("DATABRICKS_RUNTIME_VERSION", "")
+    if version.startswith("client."):
+        major = version.split(".")[1]
+        if major.isdigit() and int(major) >= 5:
+            return "cu129"
+    return "cu126"
+
+
+def decoration_notes(count: int, timeout: Any, remote: bool) -> None:
+    """The reference's decoration-time notes, as ``logging`` records on ``databricks.air``."""
+    if remote:
+        if timeout is not None and timeout != DEFAULT_TIMEOUT:
+            logger.warning(
+                "timeout=%s is ignored for remote runs; their limit comes from "
+                "DATABRICKS_INTERNAL_JOB_TIMEOUT_SECONDS",
+                timeout,
+            )
+        return
+    if count == 1:
+        logger.warning(
+            "@distributed runs one rank here. It is meant for several GPUs; with one, you could call the "
+            "function directly (fn.func(...))."
+        )
+    if timeout == DEFAULT_TIMEOUT:
+        logger.warning(
+            "Each .distributed() call is capped at the default timeout of %d s (~%.2f h); past it the ranks "
+            "are stopped and LocalExecutionTimeoutError is raised. Pass timeout=SECONDS to change the cap, "
+            "or timeout=None to remove it.",
+            DEFAULT_TIMEOUT,
+            DEFAULT_TIMEOUT / 3600,
+        )
