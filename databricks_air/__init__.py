@@ -13,15 +13,30 @@ Example::
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from databricks.air.version import __version__
 
 __all__ = ["distributed", "__version__"]
 
+# Shown once per process tree: ranks inherit the variable, so they do not repeat it.
+_BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
+if not os.environ.get(_BETA_NOTICE_VARIABLE):
+    os.environ[_BETA_NOTICE_VARIABLE] = "1"
+    logging.getLogger("databricks.air").warning(
+        "databricks.air is in Beta: its API may still change between releases."
+    )
+
 
 def distributed(*args: Any, **kwargs: Any) -> Any:
     """Decorator factory; see :func:`databricks.air.launcher.distributed`. Imported lazily to keep imports light."""
-    from databricks.air.launcher import distributed as _distributed
-
+    try:
+        from databricks.air.launcher import distributed as _distributed
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            f"databricks.air.distributed needs {error.name!r}, which is not installed: "
+            "pip install databricks-air-oss (it brings cloudpickle and torch)"
+        ) from error
     return _distributed(*args, **kwargs)
