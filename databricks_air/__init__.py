@@ -21,6 +21,8 @@ from databricks.air.version import __version__
 
 __all__ = ["distributed", "__version__"]
 
+logging.getLogger("databricks.sdk").setLevel(logging.WARNING)
+
 # Shown once per process tree: ranks inherit the variable, so they do not repeat it.
 _BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
 if not os.environ.get(_BETA_NOTICE_VARIABLE):

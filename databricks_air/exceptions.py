@@ -14,6 +14,34 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+__all__ = [
+    "ServerlessGpuException",
+    "ServerlessGpuCustomerError",
+    "ServerlessGpuInternalError",
+    "WorkloadRateLimitExceededError",
+    "NotebookGPULimitExceededError",
+    "GPUValidationError",
+    "GPUTypeError",
+    "SerializationError",
+    "RuntimeConfigurationError",
+    "WorkspaceFileError",
+    "LocalExecutionTimeoutError",
+    "WorkloadCreationError",
+    "WorkloadFailureException",
+    "WorkloadTerminationError",
+    "OutputCollectionError",
+    "RayInitializationError",
+    "RayConnectionError",
+    "EnvironmentUploadError",
+    "MissingEnvironmentError",
+    "CredentialError",
+    "APIError",
+    "EnvironmentDownloadError",
+    "CurlDownloadTimeoutError",
+    "RankExitError",
+    "DistributedExecutionError",
+]
+
 
 class ServerlessGpuException(Exception):
     """Base class of every ``databricks.air`` error."""

@@ -1,0 +1,121 @@
+"""The deprecated ``serverless_gpu`` package: the same objects under old paths, old arguments, one warning."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import databricks.air
+import databricks.air.compute
+import databricks.air.exceptions
+import databricks.air.runtime
+import databricks.air.utils
+
+
+@pytest.mark.parametrize("module", ["compute", "runtime", "exceptions", "utils"])
+def test_every_shim_module_exposes_the_very_same_objects(module: str) -> None:
+    new = importlib.import_module(f"databricks.air.{module}")
+    old = importlib.import_module(f"serverless_gpu.{module}")
+    assert new.__all__
+    for name in new.__all__:
+        assert getattr(old, name) is getattr(new, name), name
+
+
+def test_the_top_level_names_are_the_same_objects() -> None:
+    import serverless_gpu
+
+    assert serverless_gpu.distributed is databricks.air.distributed
+    assert serverless_gpu.__version__ == databricks.air.__version__
+
+
+def test_exceptions_are_caught_across_both_names() -> None:
+    from serverless_gpu.exceptions import GPUTypeError
+
+    with pytest.raises(GPUTypeError):
+        databricks.air.compute.AcceleratorType("nope")
+
+
+def test_data_names_forward_to_databricks_air_data() -> None:
+    import serverless_gpu.data
+
+    if importlib.util.find_spec("databricks.air.data") is None:
+        with pytest.raises(AttributeError, match="not part of this version yet"):
+            serverless_gpu.data.DataLoader
+    else:
+        assert serverless_gpu.data.DataLoader is importlib.import_module("databricks.air.data").DataLoader
+
+
+IMPORT_LINES = """
+    import warnings
+    warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as record:
+        import serverless_gpu  # line 5
+        import serverless_gpu.compute
+        from serverless_gpu import runtime as rt
+    for w in record:
+        print(w.category.__name__, w.lineno, str(w.message))
+"""
+
+
+def test_importing_warns_once_at_the_importing_line(tmp_path: Path) -> None:
+    script = tmp_path / "old_notebook.py"
+    script.write_text(textwrap.dedent(IMPORT_LINES))
+    env = {k: v for k, v in os.environ.items() if k != "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FutureWarning")]
+    assert len(lines) == 1
+    assert lines[0].startswith("FutureWarning 5 serverless_gpu is deprecated")
+    assert "from databricks.air import distributed" in lines[0] and "air-migrate" in lines[0]
+
+
+OLD_SCRIPT = """
+    import os
+    import warnings
+    warnings.simplefilter("always")
+    from serverless_gpu import distributed
+    from serverless_gpu.compute import GPUType
+    from serverless_gpu import runtime as rt
+
+    @distributed(gpus=2, gpu_type=GPUType.H100)
+    def train(scale):
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        result = (rt.get_global_rank() * scale, rt.get_world_size(), rt.get_local_rank())
+        dist.destroy_process_group()
+        return result
+
+    print("RESULT", train.distributed(10))
+
+    @distributed(gpus=2, gpu_type='h100')
+    def again():
+        return rt.get_global_rank()
+
+    print("AGAIN", again.distributed())
+"""
+
+
+def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path) -> None:
+    script = tmp_path / "old_script.py"
+    script.write_text(textwrap.dedent(OLD_SCRIPT))
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"},
+        "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
+        "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs"),
+    }
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "RESULT [(0, 2, 0), (10, 2, 1)]" in done.stdout
+    assert "AGAIN [0, 1]" in done.stdout
+    err = done.stderr
+    assert err.count("serverless_gpu is deprecated") == 1  # not repeated by the ranks
+    assert "old_script.py:9: FutureWarning: The gpus parameter is deprecated; use num_accelerators=2" in err
+    assert 'old_script.py:9: FutureWarning: The gpu_type parameter and its value' in err
+    assert 'accelerator_type="GPU_8xH100"' in err
+    assert "old_script.py:19: FutureWarning" in err
+    assert "DATABRICKS_AIR_ACCELERATOR_TYPE=CPU: running 2 CPU rank(s) instead of accelerator_type=h100_80gb" in err
