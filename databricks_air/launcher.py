@@ -222,9 +222,9 @@ def _build(
     if remote:
         count, shape = validation.resolve_remote(count, requested)
         raise RuntimeConfigurationError(
-            "remote=True runs the function on a Ray cluster, which this version does not support yet "
-            "(it arrives with `pip install databricks-air-oss[ray]`). Use remote=False to run on this "
-            "machine's GPUs, or on CPU ranks."
+            f"remote=True would run the function on {count} x {shape.value} of a Ray cluster (which needs "
+            "`pip install ray` and a running cluster); this version cannot do that yet. Use remote=False to run "
+            "on this machine's GPUs, or on CPU ranks."
         )
     count, shape = validation.resolve_local(count, requested)
     function = DistributedFunction(count, shape.gpu_type if shape else None, False, func, timeout, shape)

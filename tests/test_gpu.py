@@ -43,3 +43,16 @@ def test_a_subset_of_gpus_returns_real_values() -> None:
         pytest.skip("needs two GPUs")
     results = distributed(num_accelerators=2)(nccl_all_reduce).distributed()
     assert [r[2] for r in results] == [3.0, 3.0]
+
+
+def test_the_attached_gpu_is_detected_by_name() -> None:
+    from databricks.air.compute import AcceleratorType, attached_gpu_name, parse_gpu_model
+
+    name = attached_gpu_name()
+    assert name  # NVML names the device
+    fn = distributed()(nccl_all_reduce)
+    model = parse_gpu_model(name)
+    if model is None:  # H200, A100, L4...: runs, without a reference shape
+        assert fn.accelerator_type is None
+    else:
+        assert fn.accelerator_type is AcceleratorType.from_gpu_type(model, compute.attached_gpu_count())
