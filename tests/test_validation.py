@@ -322,7 +322,7 @@ def test_remote_settings_are_validated(kwargs: dict, match: str) -> None:
 
 def test_remote_runs_are_refused_clearly_and_never_run_locally(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
-        with pytest.raises(RuntimeConfigurationError, match="remote=True runs the function on a Ray cluster"):
+        with pytest.raises(RuntimeConfigurationError, match="remote=True would run the function on 8 x GPU_8xH100 of a Ray cluster"):
             distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=True, timeout=60)(train)
     assert any("ignored for remote runs" in r.getMessage() for r in caplog.records)
 
