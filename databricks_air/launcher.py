@@ -25,12 +25,13 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from databricks.air import payload, validation
+from databricks.air import payload, tracking, validation
+from databricks.air._engine import rank_server_handle
 from databricks.air._engine import launch as engine
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
-from databricks.air.exceptions import RuntimeConfigurationError
+from databricks.air.exceptions import RuntimeConfigurationError, SerializationError
 
 __all__ = ["distributed"]
 
@@ -153,26 +154,65 @@ class DistributedFunction:
             LocalExecutionTimeoutError: the call ran past ``timeout``.
             KeyboardInterrupt: the call was interrupted; every rank was stopped.
         """
-        bound = inspect.signature(self.func).bind(*args, **kwargs)
-        bound.apply_defaults()
-        function_bytes = payload.serialize_function(self.func)
-        argument_bytes = payload.serialize_arguments(self.func, bound)
+        bound = _bind(self.func, args, kwargs)
+        name = getattr(self.func, "__qualname__", "function")
+        environ = dict(os.environ)
+        try:
+            function_bytes = payload.serialize_function(self.func)
+            argument_bytes = payload.serialize_arguments(self.func, bound)
+        except SerializationError as error:
+            if tracking.tracking_enabled():  # a failed call is still a run, so that it shows where the others do
+                tracking.CallRun.open(name, self._run_params()).close("FAILED", None, error)
+            raise
+        # The rank server starts (importing torch) while the MLflow run is created.
+        rank_server_handle.pool.prewarm(environ)
+        run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
         log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
         self.last_log_dir = log_dir
-        name = getattr(self.func, "__qualname__", "function")
         kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
         print(
             f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
             file=sys.stderr,
             flush=True,
         )
+        if run is None:
+            return self._launch(name, function_bytes, argument_bytes, environ, log_dir)
+        run.show()
+        environ.update(run.rank_environ())
+        run.start_log_uploads(log_dir)
+        status, failure = "FAILED", None
+        try:
+            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)
+            status = "FINISHED"
+            return values
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        except BaseException as error:
+            failure = error
+            raise
+        finally:
+            run.close(status, log_dir, failure)
+
+    def _run_params(self) -> Dict[str, Any]:
+        shape = self.accelerator_type
+        return {
+            "num_accelerators": self.num_accelerators,
+            "accelerator_type": shape.value if shape is not None else "GPU",
+            "timeout": self.timeout,
+            "function": getattr(self.func, "__qualname__", repr(self.func)),
+        }
+
+    def _launch(
+        self, name: str, function_bytes: bytes, argument_bytes: bytes, environ: Dict[str, str], log_dir: str
+    ) -> List[Any]:
         return engine.run(
             engine.Launch(
                 name=name,
                 world_size=self.num_accelerators,
                 function=function_bytes,
                 arguments=argument_bytes,
-                environ=dict(os.environ),
+                environ=environ,
                 cwd=os.getcwd(),
                 sys_path=list(sys.path),
                 log_dir=log_dir,
@@ -184,6 +224,20 @@ class DistributedFunction:
                 code_files=payload.code_files(self.func),
             )
         )
+
+
+def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> inspect.BoundArguments:
+    """Bind the arguments to the signature, defaults applied: a mismatch is a ``TypeError`` here, in the caller."""
+    try:
+        signature = inspect.signature(func)
+    except ValueError:  # a builtin without a signature (time.sleep): pass the arguments as given
+        signature = inspect.Signature(
+            [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+             inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+        )
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound
 
 
 def _timeout_note(timeout: Optional[float]) -> str:

@@ -31,6 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 def _call_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test logs into its own directory; the grace period is short so failures stay fast."""
     monkeypatch.setenv("DATABRICKS_AIR_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "0")  # tests of tracking turn it on, with a store of their own
     monkeypatch.delenv("DATABRICKS_AIR_ACCELERATOR_TYPE", raising=False)
     monkeypatch.delenv("DATABRICKS_AIR_SHOW_ALL_RANKS", raising=False)
     monkeypatch.delenv("DATABRICKS_AIR_START_METHOD", raising=False)

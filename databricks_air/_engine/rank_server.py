@@ -43,6 +43,7 @@ from databricks.air._engine.call_files import CALL_DIR_PREFIX
 DROP_SCRIPT_DIRECTORY = "sys.path.pop(0)"
 
 MAX_MESSAGE = 1 << 20
+_IDLE_SECONDS = 0.5
 MAX_FDS = 512
 _PR_SET_PDEATHSIG = 1
 
@@ -95,14 +96,19 @@ class RankServer:
 
     # --- the loop ------------------------------------------------------------------------------------------------
 
-    def serve(self, problems: List[str]) -> None:
+    def serve(self, problems: List[str], deferred: List[str]) -> None:
+        """Answer requests until the caller goes; ``deferred`` modules are imported the first time it is idle."""
         try:
             send(self.control, {"op": "ready", "pid": self.pid, "problems": problems})
         except OSError:
             pass  # the caller is gone already; read what it sent (call directories to remove), then EOF
         try:
             while True:
-                for key, _ in self.selector.select():
+                ready = self.selector.select(_IDLE_SECONDS if deferred and not self.children else None)
+                if not ready and deferred:
+                    _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
+                    deferred = []
+                for key, _ in ready:
                     if key.data is None:
                         if not self._handle_request():
                             return
@@ -303,6 +309,16 @@ def preload() -> List[str]:
     modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
     extra = os.environ.get("DATABRICKS_AIR_PRELOAD", "")
     modules += [name.strip() for name in extra.split(",") if name.strip()]
+    return _import_all(modules)
+
+
+def deferred_preloads() -> List[str]:
+    """Modules worth having in ranks but not worth delaying the first call for (MLflow, when tracking is on)."""
+    tracking = os.environ.get("DATABRICKS_AIR_MLFLOW", "1").strip().lower() not in ("0", "false", "no", "off")
+    return ["mlflow"] if tracking else []
+
+
+def _import_all(modules: List[str]) -> List[str]:
     problems = []
     for name in modules:
         try:
@@ -319,7 +335,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     problems = preload()
-    RankServer(control).serve(problems)
+    RankServer(control).serve(problems, deferred_preloads())
 
 
 if __name__ == "__main__":

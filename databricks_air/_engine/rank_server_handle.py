@@ -24,7 +24,7 @@ from databricks.air.exceptions import RuntimeConfigurationError
 # is not reused.
 _STARTUP_VARIABLE_PREFIXES = (
     "PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_",
-    "DATABRICKS_AIR_PRELOAD",
+    "DATABRICKS_AIR_PRELOAD", "DATABRICKS_AIR_MLFLOW",
 )
 _START_TIMEOUT_SECONDS = 300.0
 
@@ -171,6 +171,14 @@ class _Pool:
                     return handle
                 handle.close()
         return RankServerHandle(environ)
+
+    def prewarm(self, environ: Dict[str, str]) -> None:
+        """Start a server for ``environ`` now, if none is idle, so that a call soon after finds it warm."""
+        key = startup_fingerprint(environ)
+        with self._lock:
+            if any(handle.alive() for handle in self._idle.get(key, [])):
+                return
+        self.release(RankServerHandle(environ))
 
     def release(self, handle: RankServerHandle) -> None:
         if not handle.alive() or handle.fingerprint[1] != os.getpid():

@@ -1,0 +1,239 @@
+"""One MLflow run per ``.distributed(...)`` call.
+
+The run is created in the caller, nested under the caller's active run when there is one, in the experiment the
+caller chose (``mlflow.set_experiment``, else ``MLFLOW_EXPERIMENT_NAME``/``MLFLOW_EXPERIMENT_ID``, else one named
+after the notebook or script, else MLflow's default). Ranks join it through ``MLFLOW_RUN_ID``, so a plain
+``mlflow.log_metric(...)`` in the function logs into it. The store is whatever MLflow resolves in the caller
+(``MLFLOW_TRACKING_URI``, or MLflow's embedded default, a local SQLite file); ``DATABRICKS_AIR_MLFLOW=0`` turns
+tracking off.
+
+The run records the call's settings as params, the package version and host as tags, the call's duration, every
+rank's output as ``logs/rank_<r>.txt`` (uploaded every 30 s while the call runs, and at the end), and on failure
+the root cause as a tag and the whole report as ``failure.txt``. It ends FINISHED, FAILED, or KILLED (interrupt).
+"""
+
+from __future__ import annotations
+
+import glob
+import html
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Dict, Optional
+
+from databricks.air.exceptions import RuntimeConfigurationError
+from databricks.air.version import __version__
+
+SWITCH_VARIABLE = "DATABRICKS_AIR_MLFLOW"
+UPLOAD_SECONDS_VARIABLE = "DATABRICKS_AIR_LOG_UPLOAD_SECONDS"
+DEFAULT_UPLOAD_SECONDS = 30.0
+_TAG_LIMIT = 5000
+
+
+def tracking_enabled() -> bool:
+    """False when ``DATABRICKS_AIR_MLFLOW`` is ``0``, ``false`` or ``no``."""
+    return os.environ.get(SWITCH_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class CallRun:
+    """The MLflow run of one call."""
+
+    def __init__(self, client: Any, run_id: str, experiment_id: str, tracking_uri: str, name: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self.tracking_uri = tracking_uri
+        self.name = name
+        self.started = time.time()
+        self._uploader: Optional[_LogUploader] = None
+
+    @classmethod
+    def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
+        """Create the run (fails fast, naming the store and the switch, when the store cannot be reached)."""
+        import mlflow
+        from mlflow.entities import Param
+
+        uri = mlflow.get_tracking_uri()
+        _check_reachable(uri)
+        client = mlflow.MlflowClient(uri)
+        parent = mlflow.active_run()
+        tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
+        if parent is not None:
+            experiment_id = parent.info.experiment_id
+            tags["mlflow.parentRunId"] = parent.info.run_id
+        else:
+            experiment_id = _experiment_id(client)
+        try:
+            run = client.create_run(experiment_id, run_name=name, tags=tags)
+        except Exception as error:  # noqa: BLE001 - any store failure
+            raise RuntimeConfigurationError(
+                f"cannot create an MLflow run in {uri}: {error}. Fix the tracking store, or set "
+                f"{SWITCH_VARIABLE}=0 to run without tracking."
+            ) from error
+        client.log_batch(run.info.run_id, params=[Param(key, str(value)) for key, value in params.items()])
+        return cls(client, run.info.run_id, experiment_id, uri, name)
+
+    def rank_environ(self) -> Dict[str, str]:
+        """Variables that make ``mlflow.log_*`` in a rank log into this run, in this store."""
+        return {
+            "MLFLOW_RUN_ID": self.run_id,
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+            "MLFLOW_EXPERIMENT_ID": self.experiment_id,
+        }
+
+    # --- showing the run -----------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> Optional[str]:
+        """The run's page in the MLflow UI, for an HTTP store."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return None
+
+    def describe(self) -> str:
+        if self.url:
+            return f"MLflow run {self.name} ({self.run_id}): {self.url}"
+        return (
+            f"MLflow run {self.name} ({self.run_id}) in {self.tracking_uri}; to see it: "
+            f"mlflow ui --backend-store-uri {self.tracking_uri}"
+        )
+
+    def show(self) -> None:
+        """Show the run once: a link (HTML) in a Jupyter kernel, a plain line elsewhere."""
+        shell = _ipython_kernel_shell()
+        if shell is None:
+            print(f"databricks.air: {self.describe()}", file=sys.stderr, flush=True)
+            return
+        from IPython.display import HTML, display
+
+        if self.url:
+            body = f'<a href="{html.escape(self.url)}" target="_blank">MLflow run {html.escape(self.name)}</a>'
+        else:
+            command = f"mlflow ui --backend-store-uri {self.tracking_uri}"
+            body = (
+                f"MLflow run <code>{html.escape(self.run_id)}</code> ({html.escape(self.name)}) in "
+                f"<code>{html.escape(self.tracking_uri)}</code>; to see it: <code>{html.escape(command)}</code>"
+            )
+        display(HTML(body), metadata={"databricks.air": {"run_id": self.run_id}})
+
+    # --- logs and the end ----------------------------------------------------------------------------------------
+
+    def start_log_uploads(self, log_dir: str) -> None:
+        """Upload ``rank_<r>.txt`` files every 30 s (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while the call runs."""
+        interval = float(os.environ.get(UPLOAD_SECONDS_VARIABLE) or DEFAULT_UPLOAD_SECONDS)
+        self._uploader = _LogUploader(self, log_dir, interval)
+        self._uploader.start()
+
+    def upload_logs(self, log_dir: str) -> None:
+        for path in sorted(glob.glob(os.path.join(log_dir, "rank_*.txt"))):
+            self.client.log_artifact(self.run_id, path, artifact_path="logs")
+
+    def close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException] = None) -> None:
+        """Final log upload, duration, failure report; then the run's end status."""
+        if self._uploader is not None:
+            self._uploader.stop()
+        try:
+            if log_dir is not None:
+                self.upload_logs(log_dir)
+            self.client.log_metric(self.run_id, "duration_seconds", time.time() - self.started)
+            if failure is not None:
+                report = str(failure) or type(failure).__name__
+                self.client.set_tag(self.run_id, "databricks.air.failure", report.splitlines()[0][:_TAG_LIMIT])
+                self.client.log_text(self.run_id, f"{type(failure).__name__}: {report}\n", "failure.txt")
+        finally:
+            self.client.set_terminated(self.run_id, status)
+
+
+class _LogUploader(threading.Thread):
+    """Uploads the call's log files periodically, so they show in the MLflow UI while training runs."""
+
+    def __init__(self, run: CallRun, log_dir: str, interval: float) -> None:
+        super().__init__(name="databricks.air log uploader", daemon=True)
+        self._run = run
+        self._log_dir = log_dir
+        self._interval = interval
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._run.upload_logs(self._log_dir)
+            except Exception as error:  # noqa: BLE001 - a failed upload must not end the call
+                print(f"databricks.air: could not upload logs to MLflow: {error}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=30)
+
+
+def _check_reachable(uri: str) -> None:
+    """For an HTTP store, a quick health check, so that no rank starts for a run that would be lost."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5):
+            return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise RuntimeConfigurationError(
+            f"the MLflow tracking server {uri} cannot be reached ({reason}). Start it or point "
+            f"MLFLOW_TRACKING_URI elsewhere, or set {SWITCH_VARIABLE}=0 to run without tracking."
+        ) from None
+
+
+def _experiment_id(client: Any) -> str:
+    """The experiment for a top-level run (see the module docstring for the order)."""
+    from mlflow.tracking import fluent
+
+    chosen = getattr(fluent, "_active_experiment_id", None)  # set by mlflow.set_experiment in this process
+    if chosen:
+        return str(chosen)
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    if name:
+        return _get_or_create(client, name)
+    if os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return os.environ["MLFLOW_EXPERIMENT_ID"]
+    name = notebook_or_script_name()
+    if name:
+        return _get_or_create(client, name)
+    return "0"  # MLflow's default experiment
+
+
+def _get_or_create(client: Any, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return str(experiment.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except Exception:  # noqa: BLE001 - created meanwhile by another process
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return str(experiment.experiment_id)
+
+
+def notebook_or_script_name() -> Optional[str]:
+    """The running notebook's or script's name (without extension), where the environment says."""
+    session = os.environ.get("JPY_SESSION_NAME") or getattr(sys.modules.get("__main__"), "__session__", None)
+    if session:
+        return os.path.splitext(os.path.basename(str(session)))[0] or None
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file and _ipython_kernel_shell() is None:
+        return os.path.splitext(os.path.basename(main_file))[0] or None
+    return None
+
+
+def _ipython_kernel_shell() -> Optional[Any]:
+    """The IPython shell when running inside a Jupyter kernel, else ``None``."""
+    if "ipykernel" not in sys.modules:
+        return None
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None

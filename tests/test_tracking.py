@@ -1,0 +1,308 @@
+"""One MLflow run per call: where it goes, what it records, how it ends, and a real `mlflow server`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import wait_until
+from databricks.air import distributed
+from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
+
+mlflow = pytest.importorskip("mlflow")
+
+cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Tracking on, into a SQLite store of this test's own."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    while mlflow.active_run():
+        mlflow.end_run()
+    mlflow.set_tracking_uri(None)
+    from mlflow.tracking import fluent
+
+    fluent._active_experiment_id = None
+
+
+def log_losses(steps: int) -> int:
+    import mlflow
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    for step in range(steps):
+        mlflow.log_metric("loss", 1.0 / (step + 1) + rank, step=step)
+    mlflow.log_metric(f"rank{rank}_done", 1)
+    print(f"rank {rank} logged {steps} steps")
+    dist.destroy_process_group()
+    return rank
+
+
+def only_run(client) -> "mlflow.entities.Run":
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_a_call_is_one_run_with_every_ranks_metrics_params_tags_and_logs(
+    store: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert cpu2(log_losses).distributed(3) == [0, 1]
+    client = mlflow.MlflowClient(store)
+    run = only_run(client)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {
+        "num_accelerators": "2", "accelerator_type": "CPU", "timeout": "120", "function": "log_losses"
+    }
+    assert run.data.tags["databricks.air.version"] == __import__("databricks.air").air.__version__
+    assert run.data.tags["databricks.air.host"] == socket.gethostname()
+    assert {"rank0_done", "rank1_done", "duration_seconds"} <= set(run.data.metrics)
+    assert len(client.get_metric_history(run.info.run_id, "loss")) == 6  # 3 steps from each rank
+    logs = sorted(a.path for a in client.list_artifacts(run.info.run_id, "logs"))
+    assert logs == ["logs/rank_0.txt", "logs/rank_1.txt"]
+    text = Path(client.download_artifacts(run.info.run_id, "logs/rank_1.txt")).read_text()
+    assert "rank 1 logged 3 steps" in text
+    err = capfd.readouterr().err
+    assert f"MLflow run log_losses ({run.info.run_id}) in {store}" in err
+    assert f"mlflow ui --backend-store-uri {store}" in err
+
+
+def test_a_call_inside_an_active_run_is_a_nested_child(store: str) -> None:
+    mlflow.set_experiment("parent-experiment")
+    with mlflow.start_run() as parent:
+        cpu2(log_losses).distributed(1)
+        assert mlflow.active_run().info.run_id == parent.info.run_id  # the caller's run is still the active one
+    client = mlflow.MlflowClient(store)
+    children = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    assert len(children) == 1 and children[0].info.status == "FINISHED"
+
+
+def test_the_experiment_set_in_the_caller_then_the_environment(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = mlflow.MlflowClient(store)
+    mlflow.set_experiment("chosen-in-code")
+    cpu2(lambda: None).distributed()
+    from mlflow.tracking import fluent
+
+    fluent._active_experiment_id = None
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-the-environment")
+    cpu2(lambda: None).distributed()
+    for name in ("chosen-in-code", "from-the-environment"):
+        experiment = client.get_experiment_by_name(name)
+        assert len(client.search_runs([experiment.experiment_id])) == 1
+
+
+def test_a_script_gets_an_experiment_named_after_it(store: str, tmp_path: Path) -> None:
+    script = tmp_path / "my_training_job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from databricks.air import distributed
+
+            @distributed(num_accelerators=2, accelerator_type="CPU")
+            def work():
+                return 1
+
+            work.distributed()
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    experiment = mlflow.MlflowClient(store).get_experiment_by_name("my_training_job")
+    assert experiment is not None
+
+
+def test_a_function_that_starts_its_own_run_still_lands_in_the_calls_run(store: str) -> None:
+    def own_run() -> str:
+        import mlflow
+
+        with mlflow.start_run() as run:
+            mlflow.log_metric("inside", 1.0)
+            return run.info.run_id
+
+    run_ids = cpu2(own_run).distributed()
+    run = only_run(mlflow.MlflowClient(store))
+    assert run_ids == [run.info.run_id] * 2
+    assert run.data.metrics["inside"] == 1.0
+
+
+def test_a_failing_call_is_a_failed_run_with_its_report(store: str) -> None:
+    def fail() -> None:
+        if os.environ["RANK"] == "1":
+            raise ValueError("bad batch")
+
+    with pytest.raises(ValueError):
+        cpu2(fail).distributed()
+    client = mlflow.MlflowClient(store)
+    run = only_run(client)
+    assert run.info.status == "FAILED"
+    assert "rank 1 of 2 raised ValueError: bad batch" in run.data.tags["databricks.air.failure"]
+    report = Path(client.download_artifacts(run.info.run_id, "failure.txt")).read_text()
+    assert "Traceback from rank 1" in report
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "logs")) == [
+        "logs/rank_0.txt", "logs/rank_1.txt"
+    ]
+
+
+def test_a_timeout_is_a_failed_run(store: str) -> None:
+    with pytest.raises(LocalExecutionTimeoutError):
+        distributed(num_accelerators=2, accelerator_type="CPU", timeout=1)(time.sleep).distributed(30)
+    assert only_run(mlflow.MlflowClient(store)).info.status == "FAILED"
+
+
+def test_a_serialization_failure_is_a_failed_run(store: str) -> None:
+    lock = threading.Lock()
+
+    with pytest.raises(SerializationError):
+        cpu2(lambda: lock.locked()).distributed()
+    run = only_run(mlflow.MlflowClient(store))
+    assert run.info.status == "FAILED" and "cannot ship" in run.data.tags["databricks.air.failure"]
+
+
+def test_an_interrupted_call_is_a_killed_run(store: str, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+
+    def wait(flag: str) -> None:
+        Path(flag).touch()
+        time.sleep(60)
+
+    def interrupt_when_started() -> None:
+        if wait_until(started.exists, 60):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        cpu2(wait).distributed(str(started))
+    assert only_run(mlflow.MlflowClient(store)).info.status == "KILLED"
+
+
+def test_logs_are_uploaded_while_the_call_runs(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_LOG_UPLOAD_SECONDS", "0.5")
+    client = mlflow.MlflowClient(store)
+    seen = threading.Event()
+
+    def watch() -> None:
+        def uploaded() -> bool:
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+            return any(r.info.status == "RUNNING" and client.list_artifacts(r.info.run_id, "logs") for r in runs)
+
+        if wait_until(uploaded, 30, interval=0.2):
+            seen.set()
+
+    def slow() -> None:
+        print("working", flush=True)
+        time.sleep(4)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    cpu2(slow).distributed()
+    watcher.join(1)
+    assert seen.is_set()
+
+
+def test_tracking_can_be_turned_off(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "0")
+
+    def no_run() -> bool:
+        return "MLFLOW_RUN_ID" in os.environ
+
+    assert cpu2(no_run).distributed() == [False, False]
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_server_fails_before_any_rank_starts(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    uri = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeConfigurationError, match=rf"{uri} cannot be reached.*DATABRICKS_AIR_MLFLOW=0"):
+        cpu2(log_losses).distributed(1)
+    started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not [p for p in started if "rank_server" not in " ".join(psutil.Process(p).cmdline())]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """A real `mlflow server` on a free loopback port, with a SQLite backend."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+            "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    try:
+        assert wait_until(healthy, 90, interval=0.5), "mlflow server did not start"
+        yield uri
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def test_against_a_real_mlflow_server(
+    mlflow_server: str, store: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    mlflow.set_tracking_uri(mlflow_server)
+    mlflow.set_experiment("served")
+    with mlflow.start_run() as parent:
+        assert cpu2(log_losses).distributed(2) == [0, 1]
+    client = mlflow.MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("served")
+    child = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )[0]
+    assert child.info.status == "FINISHED"
+    assert len(client.get_metric_history(child.info.run_id, "loss")) == 4
+    assert sorted(a.path for a in client.list_artifacts(child.info.run_id, "logs")) == [
+        "logs/rank_0.txt", "logs/rank_1.txt"
+    ]
+    url = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs/{child.info.run_id}"
+    assert url in capfd.readouterr().err
