@@ -180,6 +180,7 @@ class DistributedFunction:
         run.show()
         environ.update(run.rank_environ())
         run.start_log_uploads(log_dir)
+        run.start_system_metrics()
         status, failure = "FAILED", None
         try:
             values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import html
+import importlib.util
 import os
 import socket
 import sys
@@ -31,6 +32,8 @@ from databricks.air.version import __version__
 SWITCH_VARIABLE = "DATABRICKS_AIR_MLFLOW"
 UPLOAD_SECONDS_VARIABLE = "DATABRICKS_AIR_LOG_UPLOAD_SECONDS"
 DEFAULT_UPLOAD_SECONDS = 30.0
+SYSTEM_METRICS_VARIABLE = "DATABRICKS_AIR_SYSTEM_METRICS"
+SYSTEM_METRICS_SECONDS_VARIABLE = "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS"
 _TAG_LIMIT = 5000
 
 
@@ -50,6 +53,7 @@ class CallRun:
         self.name = name
         self.started = time.time()
         self._uploader: Optional[_LogUploader] = None
+        self._monitor: Any = None
 
     @classmethod
     def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
@@ -122,6 +126,30 @@ class CallRun:
 
     # --- logs and the end ----------------------------------------------------------------------------------------
 
+    def start_system_metrics(self) -> None:
+        """MLflow's system metrics (CPU, memory, GPUs) of this node, where MLflow's monitor can run (needs psutil).
+
+        The monitor runs in the caller: every rank is on this node, so it sees what a monitor in rank 0 would,
+        without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off.
+        """
+        if os.environ.get(SYSTEM_METRICS_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+            return
+        if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
+            return
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+        except ImportError:
+            return
+        interval = float(os.environ.get(SYSTEM_METRICS_SECONDS_VARIABLE) or 10)
+        try:
+            self._monitor = SystemMetricsMonitor(
+                self.run_id, sampling_interval=interval, node_id="node_0", tracking_uri=self.tracking_uri
+            )
+            self._monitor.start()
+        except Exception as error:  # noqa: BLE001 - metrics are a nicety, never a reason to fail a call
+            self._monitor = None
+            print(f"databricks.air: no system metrics: {error}", file=sys.stderr)
+
     def start_log_uploads(self, log_dir: str) -> None:
         """Upload ``rank_<r>.txt`` files every 30 s (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while the call runs."""
         interval = float(os.environ.get(UPLOAD_SECONDS_VARIABLE) or DEFAULT_UPLOAD_SECONDS)
@@ -136,6 +164,11 @@ class CallRun:
         """Final log upload, duration, failure report; then the run's end status."""
         if self._uploader is not None:
             self._uploader.stop()
+        if self._monitor is not None:
+            try:
+                self._monitor.finish()
+            except Exception:  # noqa: BLE001
+                pass
         try:
             if log_dir is not None:
                 self.upload_logs(log_dir)

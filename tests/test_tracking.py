@@ -306,3 +306,14 @@ def test_against_a_real_mlflow_server(
     ]
     url = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs/{child.info.run_id}"
     assert url in capfd.readouterr().err
+
+
+def test_system_metrics_of_the_node_are_logged(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_SYSTEM_METRICS_SECONDS", "0.5")
+
+    def busy() -> None:
+        time.sleep(3)
+
+    cpu2(busy).distributed()
+    metrics = only_run(mlflow.MlflowClient(store)).data.metrics
+    assert any(key.startswith("system/") and "cpu_utilization" in key for key in metrics), sorted(metrics)
