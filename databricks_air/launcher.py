@@ -223,6 +223,7 @@ class DistributedFunction:
                 start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
                 grace_period=_grace_period(),
                 code_files=payload.code_files(self.func),
+                hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             )
         )
 

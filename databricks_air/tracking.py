@@ -37,6 +37,15 @@ SYSTEM_METRICS_SECONDS_VARIABLE = "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS"
 _TAG_LIMIT = 5000
 
 
+FAILURE_HINTS = {
+    "does not match environment run ID": (
+        "Hint: the function chose another MLflow experiment (mlflow.set_experiment) or run, but each "
+        ".distributed() call already has its run, and ranks log into it. Call mlflow.set_experiment(...) in the "
+        "notebook before .distributed(...), and use plain mlflow.log_*(...) inside the function."
+    ),
+}
+
+
 def tracking_enabled() -> bool:
     """False when ``DATABRICKS_AIR_MLFLOW`` is ``0``, ``false`` or ``no``."""
     return os.environ.get(SWITCH_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")

@@ -317,3 +317,15 @@ def test_system_metrics_of_the_node_are_logged(store: str, monkeypatch: pytest.M
     cpu2(busy).distributed()
     metrics = only_run(mlflow.MlflowClient(store)).data.metrics
     assert any(key.startswith("system/") and "cpu_utilization" in key for key in metrics), sorted(metrics)
+
+
+def test_a_function_that_switches_experiments_gets_a_clear_message(store: str) -> None:
+    def switch() -> None:
+        import mlflow
+
+        mlflow.set_experiment("inside-the-function")
+        mlflow.log_metric("x", 1.0)
+
+    with pytest.raises(Exception, match=r"(?s)Hint: the function chose another MLflow experiment.*set_experiment"):
+        cpu2(switch).distributed()
+    assert only_run(mlflow.MlflowClient(store)).info.status == "FAILED"

@@ -142,7 +142,11 @@ def restore_code_files(traceback_text: str, code_files: Dict[str, str]) -> str:
 
 
 def build_error(
-    outcomes: List[RankOutcome], name: str, log_dir: str, code_files: Optional[Dict[str, str]] = None
+    outcomes: List[RankOutcome],
+    name: str,
+    log_dir: str,
+    code_files: Optional[Dict[str, str]] = None,
+    hints: Optional[Dict[str, str]] = None,
 ) -> DistributedExecutionError:
     """The exception for a call in which at least one rank failed on its own."""
     world_size = len(outcomes)
@@ -166,6 +170,8 @@ def build_error(
         if tail
         else f"Rank {root.rank} wrote no output ({root.log_path})."
     )
+    evidence = f"{record.get('message', '')}\n{tail}"
+    sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)

@@ -68,6 +68,8 @@ class Launch:
     grace_period: float = 3.0
     code_files: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Function name -> source file of code shipped by value, to mend rank tracebacks."""
+    hints: Dict[str, str] = dataclasses.field(default_factory=dict)
+    """Text seen in the root cause's error or output -> advice added to the failure report."""
 
 
 def run(launch: Launch) -> List[Any]:
@@ -333,7 +335,9 @@ class _Call:
     def results(self) -> List[Any]:
         ordered = sorted(self.outcomes.values(), key=lambda o: o.rank)
         if any(o.failed_on_its_own for o in ordered):
-            raise build_error(ordered, self.launch.name, self.launch.log_dir, self.launch.code_files)
+            raise build_error(
+                ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
+            )
         if self.interrupted:
             raise KeyboardInterrupt
         if self.timed_out:
