@@ -209,6 +209,7 @@ LOG_DIR: Dict[str, str] = {}  # set in main(): our calls' log directories go to 
 def env_with(**extra: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.pop("DATABRICKS_AIR_START_METHOD", None)
+    env["DATABRICKS_AIR_MLFLOW"] = "0"  # the targets are the engine's; (g) and (h) measure tracking on top
     env.update(LOG_DIR)
     env.update(extra)
     return env
@@ -220,10 +221,10 @@ def measure_import_torch() -> List[float]:
     return [wall(argv, what="python -c 'import torch'")[0] for _ in range(RUNS)]
 
 
-def measure_first_call() -> tuple:
+def measure_first_call(**extra_env: str) -> tuple:
     """(call's own times, whole-subprocess wall times, import times)."""
     argv = [PYTHON, "-c", OURS, "0"]
-    env = env_with()
+    env = env_with(**extra_env)
     wall(argv, env, "first-call subprocess")  # warm-up
     calls, walls, imports = [], [], []
     for _ in range(RUNS):
@@ -295,6 +296,9 @@ def main() -> None:
         d = measure_mp_spawn(workdir)
         e = measure_torchrun(workdir)
         f = measure_later_calls(RUNS, DATABRICKS_AIR_START_METHOD="spawn")
+        tracked = {"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db"}
+        g = measure_later_calls(RUNS, **tracked)
+        h = measure_first_call(**tracked)[0]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -307,6 +311,8 @@ def main() -> None:
     print(row("(d) anchor: torch.multiprocessing.spawn, torch imported", d))
     print(row("(e) anchor: torchrun --standalone --nproc_per_node=2", e))
     print(row("(f) later call, DATABRICKS_AIR_START_METHOD=spawn", f))
+    print(row("(g) later call, MLflow tracking on (SQLite store)", g))
+    print(row("(h) first call, MLflow tracking on (SQLite store)", h))
     print()
 
     ma, mb_call, mb_wall = statistics.median(a), statistics.median(b_call), statistics.median(b_wall)
@@ -321,6 +327,8 @@ def main() -> None:
           f"{verdict(mc <= me / 3)}")
     print(f"  spawn-mode later call / mp.spawn  (f / d)            {mf / md:>8.3f}    (info)")
     print(f"  spawn-mode later call / torchrun  (f / e)            {mf / me:>8.3f}    (info)")
+    print(f"  tracking's cost on a later call (g - c)              {statistics.median(g) - mc:>+7.3f} s  (info)")
+    print(f"  tracking's cost on a first call (h - b call)         {statistics.median(h) - mb_call:>+7.3f} s  (info)")
     print(f"\n  benchmark took {time.perf_counter() - bench_start:.0f} s")
 
 
