@@ -329,3 +329,10 @@ def test_a_function_that_switches_experiments_gets_a_clear_message(store: str) -
     with pytest.raises(Exception, match=r"(?s)Hint: the function chose another MLflow experiment.*set_experiment"):
         cpu2(switch).distributed()
     assert only_run(mlflow.MlflowClient(store)).info.status == "FAILED"
+
+
+def test_a_notebook_names_its_experiment_where_jupyter_says_which_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
+    from databricks.air.tracking import notebook_or_script_name
+
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/projects/Fine Tune LLM.ipynb")
+    assert notebook_or_script_name() == "Fine Tune LLM"
