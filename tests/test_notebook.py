@@ -219,6 +219,7 @@ TRAIN = """
 
         dist.init_process_group("gloo")
         rank = dist.get_rank()
+        tracking = bool(os.environ.get("MLFLOW_RUN_ID"))  # read once: MLflow unsets it at the first log
         torch.manual_seed(0)
         model = DDP(TinyNet())
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -231,6 +232,10 @@ TRAIN = """
             loss.backward()
             optimizer.step()
             print(f"step {step} loss {loss.item():.4f} (rank {rank})", flush=True)
+            if tracking:
+                import mlflow
+
+                mlflow.log_metric(f"loss_rank{rank}", loss.item(), step=step)
         dist.destroy_process_group()
         return rank, round(loss.item(), 4)
 """
@@ -279,7 +284,7 @@ def test_rank_0_prints_show_in_the_calling_cell_in_order_and_rank_1_prints_do_no
     path = tmp_path / "train.ipynb"
     nb = write_notebook(path, IMPORTS, MODEL, TRAIN, CALL)
     client = notebook_client(nb, tmp_path, kernel_specs)
-    client.execute(env=kernel_env(tmp_path, marker), cleanup_kc=True)
+    client.execute(env=kernel_env(tmp_path, marker, DATABRICKS_AIR_MLFLOW="1"), cleanup_kc=True)
     nbformat.write(nb, path)  # executed, for a look after a failure
 
     imports, model, train, call = nb.cells
@@ -302,6 +307,17 @@ def test_rank_0_prints_show_in_the_calling_cell_in_order_and_rank_1_prints_do_no
     assert "databricks.air: running train on 2 CPU rank(s)" in texts(call, "stderr")
     for cell in (imports, model, train):
         assert "step 0 loss" not in texts(cell, "stdout")
+
+    # The run link, once, as HTML in the calling cell; every rank's metrics are in that one run.
+    links = [o for o in call.outputs if o["output_type"] == "display_data" and "text/html" in o.get("data", {})]
+    assert len(links) == 1 and "MLflow run" in links[0]["data"]["text/html"]
+    import mlflow
+
+    store = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = links[0]["metadata"]["databricks.air"]["run_id"]
+    for rank in (0, 1):
+        assert [m.step for m in store.get_metric_history(run_id, f"loss_rank{rank}")] == [0, 1, 2, 3, 4]
+    assert store.get_run(run_id).info.status == "FINISHED"
 
     # Rank 1 printed too, but only into its log file.
     assert "(rank 1)" not in all_output_text(nb)
