@@ -162,7 +162,10 @@ class DistributedFunction:
             argument_bytes = payload.serialize_arguments(self.func, bound)
         except SerializationError as error:
             if tracking.tracking_enabled():  # a failed call is still a run, so that it shows where the others do
-                tracking.CallRun.open(name, self._run_params()).close("FAILED", None, error)
+                try:
+                    tracking.CallRun.open(name, self._run_params()).close("FAILED", None, error)
+                except RuntimeConfigurationError:
+                    pass  # the store is unreachable: the serialization error is the one to report
             raise
         # The rank server starts (importing torch) while the MLflow run is created.
         rank_server_handle.pool.prewarm(environ)

@@ -112,25 +112,17 @@ def normalize_names(
         _warn(f"The gpus parameter is deprecated; use num_accelerators={gpus!r} in {api} instead.")
         num_accelerators = gpus
     count = num_accelerators if isinstance(num_accelerators, int) else known_count
-    if gpu_type is not None:
-        requested, legacy = parse_type(gpu_type)
-        if legacy:
-            assert isinstance(requested, GPUType)
-            _warn(
-                f"The gpu_type parameter and its value {_shown(gpu_type)!r} are deprecated; use "
-                f"{_suggestion(requested, count)} in {api} instead."
-            )
-        else:
-            assert isinstance(requested, AcceleratorType)
-            _warn(f'The gpu_type parameter is deprecated; use accelerator_type="{requested.value}" in {api} instead.')
-        return num_accelerators, requested
-    requested, legacy = parse_type(accelerator_type)
-    if legacy:
-        assert isinstance(requested, GPUType)
-        _warn(
-            f"accelerator_type={_shown(accelerator_type)!r} uses a deprecated GPU type; use "
-            f"{_suggestion(requested, count)} in {api} instead."
+    given = gpu_type if gpu_type is not None else accelerator_type
+    requested, legacy = parse_type(given)
+    if gpu_type is not None and not legacy:
+        _warn(f'The gpu_type parameter is deprecated; use accelerator_type="{requested.value}" in {api} instead.')
+    elif legacy:
+        what = (
+            f"The gpu_type parameter and its value {_shown(given)!r} are deprecated"
+            if gpu_type is not None
+            else f"accelerator_type={_shown(given)!r} uses a deprecated GPU type"
         )
+        _warn(f"{what}; use {_suggestion(requested, count)} in {api} instead.")  # type: ignore[arg-type]
     return num_accelerators, requested
 
 

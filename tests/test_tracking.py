@@ -336,3 +336,14 @@ def test_a_notebook_names_its_experiment_where_jupyter_says_which_notebook(monke
 
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/projects/Fine Tune LLM.ipynb")
     assert notebook_or_script_name() == "Fine Tune LLM"
+
+
+def test_a_serialization_failure_is_reported_even_when_the_store_is_unreachable(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    lock = threading.Lock()
+    with pytest.raises(SerializationError):
+        cpu2(lambda: lock.locked()).distributed()
