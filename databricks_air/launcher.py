@@ -170,33 +170,34 @@ class DistributedFunction:
         # The rank server starts (importing torch) while the MLflow run is created.
         rank_server_handle.pool.prewarm(environ)
         run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
-        log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
-        self.last_log_dir = log_dir
-        kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
-        print(
-            f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
-            file=sys.stderr,
-            flush=True,
-        )
-        if run is None:
-            return self._launch(name, function_bytes, argument_bytes, environ, log_dir)
-        run.show()
-        environ.update(run.rank_environ())
-        run.start_log_uploads(log_dir)
-        run.start_system_metrics()
-        status, failure = "FAILED", None
+        status, failure, log_dir = "FAILED", None, None
         try:
+            log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
+            self.last_log_dir = log_dir
+            kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
+            print(
+                f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if run is not None:
+                run.show()
+                environ.update(run.rank_environ())
+                run.start_log_uploads(log_dir)
+                run.start_system_metrics()
             values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)
-            status = "FINISHED"
-            return values
         except KeyboardInterrupt:
             status = "KILLED"
             raise
         except BaseException as error:
             failure = error
             raise
+        else:
+            status = "FINISHED"
+            return values
         finally:
-            run.close(status, log_dir, failure)
+            if run is not None:  # whatever happened, the run ends with the call
+                run.close(status, log_dir, failure)
 
     def _run_params(self) -> Dict[str, Any]:
         shape = self.accelerator_type
