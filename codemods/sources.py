@@ -1,0 +1,273 @@
+"""The three kinds of file ``air-migrate`` reads, split into cells of Python, and put back together byte for byte.
+
+* a plain Python file is one cell;
+* a Databricks notebook source (``.py`` whose first line is ``# Databricks notebook source``) is split on its
+  ``# COMMAND ----------`` lines; cells whose lines all start with ``# MAGIC`` (other languages, ``%pip``...) are
+  kept as they are;
+* a Jupyter notebook (``.ipynb``) gives its code cells, with IPython magics masked by placeholders that are
+  valid Python (``%pip install x`` becomes a name, ``x = !ls`` keeps its ``x =``), so that libcst can parse them.
+
+Everything outside the Python text of a cell a transform changes comes back byte for byte: BOM, CRLF, tabs, a
+missing final newline, separators, ``# MAGIC`` and ``# DBTITLE`` lines, and the notebook's JSON style (indent, key
+order, ``ensure_ascii``, trailing newline, sources as lists of lines or strings). A notebook whose JSON style cannot be
+reproduced exactly is refused rather than reformatted.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+BOM = "\ufeff"
+DATABRICKS_HEADER = "# Databricks notebook source"
+DATABRICKS_SEPARATOR = "# COMMAND ----------"
+_MAGIC_PREFIX = "# MAGIC"
+_TITLE_PREFIX = "# DBTITLE"
+# Cell magics whose body is Python, so it can be migrated (the black/nbQA convention).
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture")
+_LINE_MAGIC = re.compile(r"^(?P<indent>[ \t]*)(?P<magic>[%!].*)$")
+_ASSIGNED_MAGIC = re.compile(r"^(?P<head>[ \t]*[A-Za-z_][\w.]*\s*=\s*)(?P<magic>[%!].*)$")
+
+
+class SourceError(Exception):
+    """A file that cannot be read as what it claims to be (not UTF-8, broken JSON...)."""
+
+
+@dataclasses.dataclass
+class Cell:
+    """One cell of a file, as a transform sees it."""
+
+    number: int
+    """1-based, counting every cell of the file (markdown included), as editors and ruff do."""
+    first_line: int
+    """1-based line of the file where this cell's text starts (1 for a notebook's cells)."""
+    text: Optional[str]
+    """The Python text to transform (magics masked), or ``None`` when the cell is not Python."""
+    skip_reason: Optional[str] = None
+    """Why a code cell is not offered to transforms (a cell magic, a multi-line magic...)."""
+    masks: Dict[str, str] = dataclasses.field(default_factory=dict)
+    """Placeholder -> the magic text it stands for."""
+
+    def unmask(self, text: str) -> str:
+        """Put the magics back into ``text``."""
+        for placeholder, magic in self.masks.items():
+            text = text.replace(placeholder, magic)
+        return text
+
+
+class SourceFile(abc.ABC):
+    """A file split into cells; :meth:`render` puts it back with some cells' Python replaced."""
+
+    kind: str
+
+    def __init__(self, cells: List[Cell]) -> None:
+        self.cells = cells
+
+    @abc.abstractmethod
+    def render(self, new_texts: Dict[int, str]) -> bytes:
+        """The file's bytes, with the cells numbered in ``new_texts`` given new (masked) Python text."""
+
+
+class PythonFile(SourceFile):
+    """A plain module: one cell, the whole text."""
+
+    kind = "python"
+
+    def __init__(self, text: str, bom: bool) -> None:
+        super().__init__([Cell(number=1, first_line=1, text=text)])
+        self._text = text
+        self._bom = bom
+
+    def render(self, new_texts: Dict[int, str]) -> bytes:
+        text = new_texts.get(1, self._text)
+        return ((BOM if self._bom else "") + text).encode("utf-8")
+
+
+class DatabricksFile(SourceFile):
+    """A Databricks notebook source: a header line, then cells between separator lines."""
+
+    kind = "databricks"
+
+    def __init__(self, header: str, chunks: List[str], separators: List[str], bom: bool) -> None:
+        cells = []
+        line = 1 + header.count("\n")
+        for number, chunk in enumerate(chunks, start=1):
+            python = not _is_magic_chunk(chunk)
+            cells.append(Cell(number=number, first_line=line, text=chunk if python else None))
+            line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
+        super().__init__(cells)
+        self._header = header
+        self._chunks = chunks
+        self._separators = separators
+        self._bom = bom
+
+    def render(self, new_texts: Dict[int, str]) -> bytes:
+        pieces = [BOM if self._bom else "", self._header]
+        for number, chunk in enumerate(self._chunks, start=1):
+            pieces.append(new_texts.get(number, chunk))
+            if number <= len(self._separators):
+                pieces.append(self._separators[number - 1])
+        return "".join(pieces).encode("utf-8")
+
+
+def _is_magic_chunk(chunk: str) -> bool:
+    """All of the cell's non-blank lines are ``# MAGIC`` (after an optional ``# DBTITLE``) lines."""
+    lines = [line for line in chunk.splitlines() if line.strip()]
+    if lines and lines[0].startswith(_TITLE_PREFIX):
+        lines = lines[1:]
+    return bool(lines) and all(line.startswith(_MAGIC_PREFIX) for line in lines)
+
+
+class NotebookFile(SourceFile):
+    """A Jupyter notebook: code cells of a Python notebook, magics masked."""
+
+    kind = "ipynb"
+
+    def __init__(self, document: Dict[str, Any], style: "JsonStyle") -> None:
+        self._document = document
+        self._style = style
+        python = _is_python_notebook(document)
+        cells = []
+        for number, raw in enumerate(document.get("cells", []), start=1):
+            if raw.get("cell_type") != "code" or not python:
+                cells.append(Cell(number=number, first_line=1, text=None))
+                continue
+            cells.append(mask_cell(number, _source_text(raw.get("source", ""))))
+        super().__init__(cells)
+
+    def render(self, new_texts: Dict[int, str]) -> bytes:
+        if not new_texts:
+            return self._style.dump(self._document)
+        document = json.loads(json.dumps(self._document))  # a deep copy keeping key order
+        for number, masked in new_texts.items():
+            raw = document["cells"][number - 1]
+            text = self.cells[number - 1].unmask(masked)
+            raw["source"] = text.splitlines(keepends=True) if isinstance(raw.get("source"), list) else text
+        return self._style.dump(document)
+
+
+def _is_python_notebook(document: Dict[str, Any]) -> bool:
+    metadata = document.get("metadata", {})
+    language = metadata.get("language_info", {}).get("name") or metadata.get("kernelspec", {}).get("language")
+    return language is None or str(language).lower() == "python"
+
+
+def _source_text(source: Any) -> str:
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonStyle:
+    """How a notebook's JSON was written, so that it can be written again the same way."""
+
+    indent: Optional[int]
+    ensure_ascii: bool
+    trailing_newline: bool
+
+    @classmethod
+    def detect(cls, raw: str) -> "JsonStyle":
+        match = re.search(r"\n( +)\S", raw)
+        indent = len(match.group(1)) if match else None
+        ensure_ascii = bool(re.search(r"\\u[0-9a-fA-F]{4}", raw)) and all(ord(c) < 128 for c in raw)
+        return cls(indent=indent, ensure_ascii=ensure_ascii, trailing_newline=raw.endswith("\n"))
+
+    def dump(self, document: Dict[str, Any]) -> bytes:
+        separators = (",", ": ") if self.indent is not None else (", ", ": ")
+        text = json.dumps(document, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=separators)
+        return (text + ("\n" if self.trailing_newline else "")).encode("utf-8")
+
+
+def mask_cell(number: int, source: str) -> Cell:
+    """A notebook code cell with its IPython magics replaced by unique placeholders that are valid Python."""
+    lines = source.splitlines(keepends=True)
+    masks: Dict[str, str] = {}
+    first = lines[0].strip() if lines else ""
+    if first.startswith("%%"):
+        if not first.startswith(PYTHON_CELL_MAGICS):
+            name = first.split()[0]
+            return Cell(number, 1, None, skip_reason=f"the cell magic {name} does not hold Python")
+    masked_lines: List[str] = []
+    for index, line in enumerate(lines):
+        body, ending = _split_ending(line)
+        if index == 0 and body.strip().startswith("%%"):
+            placeholder = _placeholder(source, masks, "#")
+            masks[placeholder] = body
+            masked_lines.append(placeholder + ending)
+            continue
+        assigned = _ASSIGNED_MAGIC.match(body)
+        plain = _LINE_MAGIC.match(body) if assigned is None else None
+        match = assigned or plain
+        if match is None:
+            masked_lines.append(line)
+            continue
+        if body.rstrip().endswith("\\"):
+            return Cell(number, 1, None, skip_reason="a magic continues over several lines")
+        prefix = match.group("head") if assigned else match.group("indent")
+        placeholder = _placeholder(source, masks, "")
+        masks[placeholder] = match.group("magic")
+        masked_lines.append(prefix + placeholder + ending)
+    masked = "".join(masked_lines)
+    cell = Cell(number, 1, masked, masks=masks)
+    if cell.unmask(masked) != source:
+        return Cell(number, 1, None, skip_reason="its magics could not be masked and restored exactly")
+    return cell
+
+
+def _split_ending(line: str) -> Tuple[str, str]:
+    stripped = line.rstrip("\r\n")
+    return stripped, line[len(stripped):]
+
+
+def _placeholder(source: str, masks: Dict[str, str], prefix: str) -> str:
+    index = len(masks)
+    while True:
+        name = f"{prefix}__air_magic_{index}__"
+        if name not in source and name not in masks:
+            return name
+        index += 1
+
+
+def read_source(path: str, data: bytes) -> SourceFile:
+    """Split ``data`` (the bytes of ``path``) into cells according to its kind."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SourceError(f"not UTF-8 ({error.reason} at byte {error.start})") from None
+    if path.endswith(".ipynb"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise SourceError(f"not a notebook: invalid JSON at line {error.lineno}, column {error.colno}") from None
+        if not isinstance(document, dict) or not isinstance(document.get("cells", []), list):
+            raise SourceError("not a notebook: no list of cells")
+        style = JsonStyle.detect(text)
+        if style.dump(document) != data:
+            raise SourceError("its JSON layout cannot be reproduced exactly, so it is left as it is")
+        return NotebookFile(document, style)
+    bom = text.startswith(BOM)
+    if bom:
+        text = text[1:]
+    first, _, _ = text.partition("\n")
+    if first.rstrip("\r") == DATABRICKS_HEADER:
+        return _split_databricks(text, bom)
+    return PythonFile(text, bom)
+
+
+def _split_databricks(text: str, bom: bool) -> DatabricksFile:
+    lines = text.splitlines(keepends=True)
+    header, rest = lines[0], lines[1:]
+    chunks: List[str] = []
+    separators: List[str] = []
+    current: List[str] = []
+    for line in rest:
+        if line.rstrip("\r\n") == DATABRICKS_SEPARATOR:
+            chunks.append("".join(current))
+            separators.append(line)
+            current = []
+        else:
+            current.append(line)
+    chunks.append("".join(current))
+    return DatabricksFile(header, chunks, separators, bom)
