@@ -1,0 +1,174 @@
+"""AM101: ``serverless_gpu`` imports become ``databricks.air`` imports, aliases and positions kept.
+
+* ``from serverless_gpu[.sub] import a, b as c`` -> ``from databricks.air[.sub] import a, b as c``;
+* ``import serverless_gpu[.sub] [as x]`` -> ``import databricks.air[.sub] [as x]``; without an alias, the code's
+  ``serverless_gpu.y`` becomes ``databricks.air.y`` (with an alias, ``x.y`` is left as written);
+* an import that ``databricks.air`` already provides in this cell is removed rather than duplicated;
+* ``from serverless_gpu import *`` is rewritten and reported, since the names it brings are not visible;
+* imports under ``try``/``if``, ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that
+  mention ``serverless_gpu`` are reported, not rewritten (the ``serverless_gpu`` shim keeps them working).
+
+Names are resolved by scope: a local variable called ``serverless_gpu``, or ``torch.distributed``, is never touched.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Set, Tuple, Union
+
+import libcst
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
+
+from air_migrate.rules.base import Rule, register
+
+OLD = "serverless_gpu"
+NEW = "databricks.air"
+_IMPORT_FUNCTIONS = {"importlib.import_module", "import_module", "__import__"}
+
+
+def _renamed(dotted: Optional[str]) -> Optional[str]:
+    """``serverless_gpu[.x]`` -> ``databricks.air[.x]``; ``None`` for any other module."""
+    if dotted == OLD or (dotted or "").startswith(OLD + "."):
+        return NEW + dotted[len(OLD):]  # type: ignore[index]
+    return None
+
+
+def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
+    node = libcst.parse_expression(expression)
+    assert isinstance(node, (libcst.Attribute, libcst.Name))
+    return node
+
+
+@register
+class ImportsRule(Rule):
+    CODE = "AM101"
+    DESCRIPTION = "serverless_gpu imports become databricks.air imports (aliases kept; guarded ones reported)"
+    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, ScopeProvider)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._new_imports: Set[Tuple[str, Optional[str]]] = set()
+        self._import_depth = 0
+        self._reported_strings: Set[libcst.SimpleString] = set()
+
+    # --- what the cell already imports from databricks.air -------------------------------------------------------
+
+    def visit_Module(self, node: libcst.Module) -> None:
+        for statement in node.body:
+            if not isinstance(statement, libcst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, libcst.ImportFrom) and not small.relative:
+                    if get_full_name_for_node(small.module) == NEW and not isinstance(small.names, libcst.ImportStar):
+                        for alias in small.names:
+                            self._new_imports.add((get_full_name_for_node(alias.name) or "", _asname(alias)))
+
+    # --- imports -------------------------------------------------------------------------------------------------
+
+    def visit_Import(self, node: libcst.Import) -> None:
+        self._import_depth += 1
+
+    def visit_ImportFrom(self, node: libcst.ImportFrom) -> None:
+        self._import_depth += 1
+
+    def leave_Import(
+        self, original_node: libcst.Import, updated_node: libcst.Import
+    ) -> Union[libcst.Import, libcst.RemovalSentinel]:
+        self._import_depth -= 1
+        targets = [_renamed(get_full_name_for_node(alias.name)) for alias in original_node.names]
+        if not any(targets):
+            return updated_node
+        if self._guarded(original_node):
+            self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand", attention=True)
+            return updated_node
+        names = []
+        for alias, target in zip(updated_node.names, targets):
+            names.append(alias.with_changes(name=_dotted(target)) if target else alias)
+        self.report(original_node, f"import {OLD} -> import {NEW}")
+        return updated_node.with_changes(names=names)
+
+    def leave_ImportFrom(
+        self, original_node: libcst.ImportFrom, updated_node: libcst.ImportFrom
+    ) -> Union[libcst.ImportFrom, libcst.RemovalSentinel]:
+        self._import_depth -= 1
+        if original_node.relative:
+            return updated_node
+        old = get_full_name_for_node(original_node.module)
+        target = _renamed(old)
+        if target is None:
+            return updated_node
+        if self._guarded(original_node):
+            self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand", attention=True)
+            return updated_node
+        if isinstance(original_node.names, libcst.ImportStar):
+            self.report(
+                original_node,
+                f"from {old} import * -> from {target} import *; list the names you use instead of *",
+                attention=True,
+            )
+            return updated_node.with_changes(module=_dotted(target))
+        wanted = {(get_full_name_for_node(a.name) or "", _asname(a)) for a in original_node.names}
+        if target == NEW and wanted <= self._new_imports:
+            self.report(original_node, f"from {old} import ... removed: {NEW} already provides these names here")
+            return libcst.RemoveFromParent()
+        self.report(original_node, f"from {old} import -> from {target} import")
+        return updated_node.with_changes(module=_dotted(target))
+
+    # --- uses of an unaliased `import serverless_gpu` ------------------------------------------------------------
+
+    def leave_Name(
+        self, original_node: libcst.Name, updated_node: libcst.Name
+    ) -> Union[libcst.Name, libcst.Attribute]:
+        if original_node.value != OLD or self._import_depth:
+            return updated_node
+        scope = self.get_metadata(ScopeProvider, original_node, None)
+        if scope is None:
+            return updated_node
+        # `import serverless_gpu.data` binds the dotted name: look up the whole chain this name starts.
+        chain: libcst.CSTNode = original_node
+        parent = self.get_metadata(ParentNodeProvider, chain, None)
+        while isinstance(parent, libcst.Attribute) and parent.value is chain:
+            chain, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        dotted = (get_full_name_for_node(chain) or OLD).split(".")
+        bindings = set()
+        while dotted and not bindings:  # the longest prefix that is bound: serverless_gpu.data, then serverless_gpu
+            bindings = set(scope[".".join(dotted)])
+            dotted.pop()
+        if bindings and all(
+            isinstance(binding, ImportAssignment)
+            and isinstance(binding.node, libcst.Import)
+            and not self._guarded(binding.node)
+            for binding in bindings
+        ):
+            return _dotted(NEW)
+        return updated_node
+
+    # --- what is only reported -----------------------------------------------------------------------------------
+
+    def visit_Call(self, node: libcst.Call) -> None:
+        if get_full_name_for_node(node.func) not in _IMPORT_FUNCTIONS or not node.args:
+            return
+        first = node.args[0].value
+        if isinstance(first, libcst.SimpleString) and OLD in first.value:
+            self._reported_strings.add(first)
+            self.report(node, f"a dynamic import of {first.value} is left as it is: import {NEW} instead",
+                        attention=True)
+
+    def visit_SimpleString(self, node: libcst.SimpleString) -> None:
+        if OLD in node.value and node not in self._reported_strings:
+            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+
+    def _guarded(self, node: libcst.CSTNode) -> bool:
+        """Under ``try`` or ``if``: the import may be a fallback the author wants to keep."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None:
+            if isinstance(parent, (libcst.Try, libcst.If, libcst.TryStar)):
+                return True
+            if isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
+                return False
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        return False
+
+
+def _asname(alias: libcst.ImportAlias) -> Optional[str]:
+    return get_full_name_for_node(alias.asname.name) if alias.asname else None

@@ -1,0 +1,100 @@
+"""AM101: serverless_gpu imports to databricks.air, before/after pairs with their exact reports."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import libcst
+import pytest
+
+from air_migrate.rules import REGISTRY
+from air_migrate.rules.base import apply
+
+
+def migrate(source: str) -> Tuple[str, List[Tuple[int, int, bool, str]]]:
+    module, findings = apply(REGISTRY["AM101"], libcst.parse_module(source))
+    return module.code, [(f.line, f.column, f.attention, f.message) for f in findings]
+
+
+CHANGES = [
+    (
+        "from serverless_gpu import distributed  # keep me\n",
+        "from databricks.air import distributed  # keep me\n",
+    ),
+    (
+        "from serverless_gpu import distributed as dist, runtime\nimport torch.distributed as tdist\n",
+        "from databricks.air import distributed as dist, runtime\nimport torch.distributed as tdist\n",
+    ),
+    ("import serverless_gpu as sg\nsg.distributed()\n", "import databricks.air as sg\nsg.distributed()\n"),
+    (
+        "import serverless_gpu\nserverless_gpu.distributed(gpus=2)\n",
+        "import databricks.air\ndatabricks.air.distributed(gpus=2)\n",
+    ),
+    (
+        "import serverless_gpu.data\nx = serverless_gpu.data.DataLoader\n",
+        "import databricks.air.data\nx = databricks.air.data.DataLoader\n",
+    ),
+    ("from serverless_gpu.compute import GPUType\n", "from databricks.air.compute import GPUType\n"),
+    (
+        "from serverless_gpu import (\n    distributed,\n    runtime as rt,  # rank helpers\n)\n",
+        "from databricks.air import (\n    distributed,\n    runtime as rt,  # rank helpers\n)\n",
+    ),
+    ("import os, serverless_gpu\r\nprint(serverless_gpu.x)\r\n", "import os, databricks.air\r\nprint(databricks.air.x)\r\n"),
+    ("def f():\n\tfrom serverless_gpu import runtime\n", "def f():\n\tfrom databricks.air import runtime\n"),
+]
+
+
+@pytest.mark.parametrize("before, after", CHANGES)
+def test_import_forms_are_rewritten_in_place(before: str, after: str) -> None:
+    code, findings = migrate(before)
+    assert code == after
+    assert findings and not any(attention for _, _, attention, _ in findings)
+    assert migrate(code) == (code, [])  # a second run changes and reports nothing
+
+
+def test_names_that_only_look_alike_are_never_touched() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "from serverless_gpu import distributed\n"
+        "def train(serverless_gpu, distributed):\n"
+        "    return serverless_gpu.x, distributed, torch.distributed.init_process_group\n"
+        "serverless_gpu = 3\n"
+    )
+    code, _ = migrate(source)
+    assert code == source.replace("from serverless_gpu import", "from databricks.air import", 1)
+
+
+def test_an_existing_databricks_air_import_is_not_duplicated() -> None:
+    code, findings = migrate("from databricks.air import distributed\nfrom serverless_gpu import distributed\nx = 1\n")
+    assert code == "from databricks.air import distributed\nx = 1\n"
+    assert findings == [(2, 1, False, "from serverless_gpu import ... removed: databricks.air already provides these names here")]
+
+
+def test_a_star_import_is_rewritten_and_reported() -> None:
+    code, findings = migrate("from serverless_gpu import *\n")
+    assert code == "from databricks.air import *\n"
+    assert findings == [(1, 1, True, "from serverless_gpu import * -> from databricks.air import *; list the names you use instead of *")]
+
+
+@pytest.mark.parametrize(
+    "source, finding",
+    [
+        (
+            "try:\n    from serverless_gpu import distributed\nexcept ImportError:\n    pass\n",
+            (2, 5, True, "a guarded import from serverless_gpu is left as it is: move it by hand"),
+        ),
+        (
+            "if HAVE_GPU:\n    import serverless_gpu\n    serverless_gpu.x\n",
+            (2, 5, True, "a guarded import of serverless_gpu is left as it is: move it by hand"),
+        ),
+        (
+            "import importlib\nm = importlib.import_module('serverless_gpu.runtime')\n",
+            (2, 5, True, "a dynamic import of 'serverless_gpu.runtime' is left as it is: import databricks.air instead"),
+        ),
+        ('"""Trains with serverless_gpu."""\n', (1, 1, True, "a string mentions serverless_gpu; it is left as it is")),
+    ],
+)
+def test_what_is_not_rewritten_is_reported(source: str, finding: tuple) -> None:
+    code, findings = migrate(source)
+    assert code == source
+    assert findings == [finding]
