@@ -6,6 +6,6 @@ is printed back byte for byte by libcst) and reports each change, and each thing
 """
 
 from air_migrate.rules.base import REGISTRY, Finding, Rule, register
-from air_migrate.rules import am101_imports, am102_keywords  # noqa: F401  (each registers its rule)
+from air_migrate.rules import am101_imports, am102_keywords, am103_gpu_types  # noqa: F401  (each registers its rule)
 
 __all__ = ["REGISTRY", "Finding", "Rule", "register"]

@@ -32,9 +32,10 @@ class Rule(libcst.CSTTransformer):
         super().__init__()
         self.findings: List[Finding] = []
 
-    def report(self, node: libcst.CSTNode, message: str, attention: bool = False) -> None:
+    def report(self, node: libcst.CSTNode, message: str, attention: bool = False, code: str = "") -> None:
+        """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own."""
         start = self.get_metadata(PositionProvider, node).start
-        self.findings.append(Finding(self.CODE, start.line, start.column + 1, message, attention))
+        self.findings.append(Finding(code or self.CODE, start.line, start.column + 1, message, attention))
 
 
 REGISTRY: Dict[str, Type[Rule]] = {}

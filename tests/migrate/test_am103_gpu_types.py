@@ -1,0 +1,90 @@
+"""AM103 and its reports AM104 to AM108: GPU type values on distributed calls."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst
+import pytest
+
+from air_migrate.rules import REGISTRY
+from air_migrate.rules.am103_gpu_types import accelerator_type_for
+from air_migrate.rules.base import apply
+from databricks.air.compute import AcceleratorType, GPUType
+
+
+def migrate(source: str) -> Tuple[str, List[Tuple[str, bool, str]]]:
+    module, findings = apply(REGISTRY["AM103"], libcst.parse_module(source))
+    return module.code, [(f.code, f.attention, f.message) for f in findings]
+
+
+@pytest.mark.parametrize(
+    "model, count, expected",
+    [
+        ("A10", None, "GPU_1xA10"), ("A10", 4, "GPU_1xA10"),
+        ("B300", None, "GPU_8xB300"), ("B300", 16, "GPU_8xB300"),
+        ("H100", 1, "GPU_1xH100"), ("H100", 8, "GPU_8xH100"), ("H100", 64, "GPU_8xH100"),
+        ("H100", None, None), ("H100", 4, None), ("H100", 0, None), ("h100", 8, None),
+    ],
+)
+def test_the_mapping_table(model: str, count: Optional[int], expected: Optional[str]) -> None:
+    assert accelerator_type_for(model, count) == expected
+
+
+@pytest.mark.parametrize("model, count", [("A10", 1), ("A10", 3), ("B300", 8), ("H100", 1), ("H100", 8), ("H100", 16)])
+def test_the_table_agrees_with_the_runtime(model: str, count: int) -> None:
+    runtime = AcceleratorType.from_gpu_type(GPUType[model], count).value
+    assert accelerator_type_for(model, count) == runtime
+
+
+HEADER = "from databricks.air import distributed\n"
+
+
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        ('@distributed(num_accelerators=8, accelerator_type="H100")', '@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")'),
+        ("@distributed(gpus=1, gpu_type='H100')", "@distributed(gpus=1, gpu_type='GPU_1xH100')"),
+        ('@distributed(accelerator_type="A10")', '@distributed(accelerator_type="GPU_1xA10")'),
+        ("@distributed(num_accelerators=16, accelerator_type=r'B300')", "@distributed(num_accelerators=16, accelerator_type=r'GPU_8xB300')"),
+    ],
+)
+def test_literal_types_are_mapped_with_the_literal_count(call: str, expected: str) -> None:
+    code, findings = migrate(f"{HEADER}{call}\ndef f(): ...\n")
+    assert code == f"{HEADER}{expected}\ndef f(): ...\n"
+    assert [(c, attention) for c, attention, _ in findings] == [("AM103", False)]
+    assert migrate(code)[1] == []  # a second run reports nothing
+
+
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        ('@distributed(num_accelerators=n, accelerator_type="H100")', "AM104"),
+        ('@distributed(accelerator_type="H100")', "AM104"),
+        ('@distributed(num_accelerators=4, accelerator_type="H100")', "AM105"),
+        ('@distributed(accelerator_type="h100")', "AM106"),
+        ('@distributed(accelerator_type="a10g")', "AM106"),
+        ('@distributed(accelerator_type=f"{model}")', "AM107"),
+    ],
+)
+def test_what_cannot_be_mapped_exactly_is_reported_with_its_code(call: str, code: str) -> None:
+    source = f"{HEADER}{call}\ndef f(): ...\n"
+    out, findings = migrate(source)
+    assert out == source
+    assert [(c, attention) for c, attention, _ in findings] == [(code, True)]
+
+
+def test_gpu_type_members_are_reported_until_their_rewrite_lands() -> None:
+    source = "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n" \
+             "@distributed(gpus=8, gpu_type=GPUType.H100)\ndef f(): ...\n"
+    out, findings = migrate(source)
+    assert out == source and [(c, a) for c, a, _ in findings] == [("AM108", True)]
+
+
+def test_new_values_and_other_calls_are_left_alone() -> None:
+    source = (
+        f'{HEADER}@distributed(accelerator_type="GPU_8xH100")\ndef f(): ...\n'
+        'make_cluster(accelerator_type="H100")\n'
+        '@distributed(accelerator_type="CPU")\ndef g(): ...\n'
+    )
+    assert migrate(source) == (source, [])
