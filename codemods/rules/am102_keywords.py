@@ -33,12 +33,12 @@ class KeywordsRule(Rule):
         if not old:
             if any(arg.star == "**" for arg in original_node.args):
                 self.report(original_node, "keywords passed through ** cannot be checked for gpus/gpu_type",
-                            attention=True)
+                            blocking=True)
             return updated_node
         clashes = [name for name in old if RENAMES[name] in given]
         if clashes:
             pairs = ", ".join(f"{name}= and {RENAMES[name]}=" for name in clashes)
-            self.report(original_node, f"both {pairs} are given: keep one by hand", attention=True)
+            self.report(original_node, f"both {pairs} are given: keep one by hand", blocking=True)
             return updated_node
         args = []
         for original, arg in zip(original_node.args, updated_node.args):

@@ -59,29 +59,29 @@ class GpuTypesRule(Rule):
         value = type_arg.value
         if self._is_gpu_type_member(value):
             self.report(value, "GPUType.X is not rewritten yet: use AcceleratorType (see the message of the runtime's "
-                        "FutureWarning for the exact value)", attention=True, code="AM108")
+                        "FutureWarning for the exact value)", blocking=True, code="AM108")
             return updated_node
         if not isinstance(value, libcst.SimpleString):
             if isinstance(value, (libcst.FormattedString, libcst.ConcatenatedString)):
                 self.report(value, "a computed GPU type string cannot be mapped: write the accelerator type",
-                            attention=True, code="AM107")
+                            blocking=True, code="AM107")
             return updated_node
         text = value.evaluated_value
         if text in NEW_TYPES or text.upper() == "CPU":
             return updated_node
         if text not in ("A10", "H100", "B300"):
             self.report(value, f"GPU type {text!r} is not mapped automatically: use one of {list(NEW_TYPES)}",
-                        attention=True, code="AM106")
+                        blocking=True, code="AM106")
             return updated_node
         count = self._literal_count(keywords)
         target = accelerator_type_for(text, count)
         if target is None:
             if count is None:
                 self.report(value, f"{text!r} maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not "
-                            "a literal here: write the accelerator type", attention=True, code="AM104")
+                            "a literal here: write the accelerator type", blocking=True, code="AM104")
             else:
                 self.report(value, f"{text!r} with {count} GPUs has no accelerator type: write one by hand",
-                            attention=True, code="AM105")
+                            blocking=True, code="AM105")
             return updated_node
         self.report(value, f"{text!r} -> {target!r}")
         quoted = value.value

@@ -19,6 +19,8 @@ class Finding:
     message: str
     attention: bool = False
     """True when nothing was rewritten and a person must decide."""
+    blocking: bool = False
+    """True when the file cannot be migrated correctly without a person: by default it is then left unchanged."""
 
 
 class Rule(libcst.CSTTransformer):
@@ -32,10 +34,14 @@ class Rule(libcst.CSTTransformer):
         super().__init__()
         self.findings: List[Finding] = []
 
-    def report(self, node: libcst.CSTNode, message: str, attention: bool = False, code: str = "") -> None:
+    def report(
+        self, node: libcst.CSTNode, message: str, attention: bool = False, code: str = "", blocking: bool = False
+    ) -> None:
         """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own."""
         start = self.get_metadata(PositionProvider, node).start
-        self.findings.append(Finding(code or self.CODE, start.line, start.column + 1, message, attention))
+        self.findings.append(
+            Finding(code or self.CODE, start.line, start.column + 1, message, attention or blocking, blocking)
+        )
 
 
 REGISTRY: Dict[str, Type[Rule]] = {}

@@ -88,3 +88,10 @@ def test_new_values_and_other_calls_are_left_alone() -> None:
         '@distributed(accelerator_type="CPU")\ndef g(): ...\n'
     )
     assert migrate(source) == (source, [])
+
+
+def test_unmappable_values_block_the_file_and_string_mentions_do_not() -> None:
+    _, raw = apply(REGISTRY["AM103"], libcst.parse_module(f'{HEADER}distributed(accelerator_type="h100")(f)\n'))
+    assert [f.blocking for f in raw] == [True]
+    _, strings = apply(REGISTRY["AM101"], libcst.parse_module('"""Uses serverless_gpu."""\n'))
+    assert [(f.attention, f.blocking) for f in strings] == [(True, False)]
