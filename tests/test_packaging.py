@@ -34,9 +34,12 @@ def test_importing_the_package_does_not_import_torch_or_mlflow() -> None:
     assert done.stdout.strip() == "False False"
 
 
-def test_air_migrate_is_installed_and_says_it_is_not_ready_yet() -> None:
+def test_air_migrate_is_installed_as_a_command(tmp_path: Path) -> None:
     executable = Path(sys.executable).with_name("air-migrate")
     assert executable.exists()
-    done = subprocess.run([executable], capture_output=True, text=True)
-    assert done.returncode == 2
-    assert "not implemented yet" in done.stderr
+    usage = subprocess.run([executable], capture_output=True, text=True)
+    assert usage.returncode == 2 and "give at least one file or directory" in usage.stderr
+    (tmp_path / "job.py").write_text("from serverless_gpu import distributed\n")
+    done = subprocess.run([executable, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "job.py").read_text() == "from databricks.air import distributed\n"
