@@ -28,6 +28,7 @@ EXTRA_CODES = {
     "AM106": "reported: a GPU type string that is not an old model name as written",
     "AM107": "reported: a computed GPU type string",
     "AM108": "reported: GPUType.X (its rewrite to AcceleratorType is not automated yet)",
+    "AM110": "reported: a %pip install of serverless_gpu (rewriting pip lines is not automated yet)",
     "AM901": "reported: a notebook cell skipped (a non-Python cell magic, a multi-line magic)",
     "AM902": "reported: a cell that is not valid Python (e.g. a bare `pip install` line) is skipped",
 }

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from typing import List, Optional, Sequence, Tuple, Type
 
 import libcst
 
 from air_migrate.rules.base import Finding, Rule, apply
-from air_migrate.sources import SourceError, SourceFile, read_source
+from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 
 # A cell none of these words appear in cannot hold anything a rule changes.
-_MENTIONS = ("serverless_gpu", "gpus", "gpu_type")
+_MENTIONS = ("serverless_gpu", "serverless-gpu", "gpus", "gpu_type")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ def migrate_file(path: str, data: bytes, rules: Sequence[Type[Rule]], partial: b
     new_texts = {}
     context = ""  # the import lines of earlier cells: names resolve across cells, in order
     for cell in source.cells:
+        _report_pip_installs(result, source, cell)
         if cell.text is None:
             if cell.skip_reason:
                 _record(result, source, cell.number, 1, 1, "AM901", f"cell skipped: {cell.skip_reason}", False)
@@ -111,6 +113,19 @@ def migrate_file(path: str, data: bytes, rules: Sequence[Type[Rule]], partial: b
     if new_texts and (partial or not result.blocked):
         result.migrated = source.render(new_texts)
     return result
+
+
+_PIP_INSTALL = re.compile(r"^\s*(?:# MAGIC\s*)?[%!]\s*pip\s+install\b.*\bserverless[-_]gpu\b", re.IGNORECASE)
+
+
+def _report_pip_installs(result: FileResult, source: SourceFile, cell: Cell) -> None:
+    """``%pip install serverless_gpu`` (as a magic or a ``# MAGIC`` line) is reported; rewriting it is opt-in."""
+    if cell.raw and "gpu" in cell.raw:
+        for index, line in enumerate(cell.raw.splitlines(), start=1):
+            if _PIP_INSTALL.match(line):
+                _record(result, source, cell.number, index, 1, "AM110",
+                        "installs serverless_gpu: install databricks-air-oss instead (databricks-sdk-air on "
+                        "Databricks); automatic rewriting of pip lines is not available yet", True)
 
 
 def _run_rules(rules: Sequence[Type[Rule]], context: str, text: str) -> Tuple[str, List[Finding]]:

@@ -50,6 +50,8 @@ class Cell:
     """Why a code cell is not offered to transforms (a cell magic, a multi-line magic...)."""
     masks: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Placeholder -> the magic text it stands for."""
+    raw: str = ""
+    """The cell as written (magics and ``# MAGIC`` lines included), for what is reported but never rewritten."""
 
     def unmask(self, text: str) -> str:
         """Put the magics back into ``text``."""
@@ -77,7 +79,7 @@ class PythonFile(SourceFile):
     kind = "python"
 
     def __init__(self, text: str, bom: bool) -> None:
-        super().__init__([Cell(number=1, first_line=1, text=text)])
+        super().__init__([Cell(number=1, first_line=1, text=text, raw=text)])
         self._text = text
         self._bom = bom
 
@@ -96,7 +98,7 @@ class DatabricksFile(SourceFile):
         line = 1 + header.count("\n")
         for number, chunk in enumerate(chunks, start=1):
             python = not _is_magic_chunk(chunk)
-            cells.append(Cell(number=number, first_line=line, text=chunk if python else None))
+            cells.append(Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk))
             line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
         super().__init__(cells)
         self._header = header
@@ -132,10 +134,11 @@ class NotebookFile(SourceFile):
         python = _is_python_notebook(document)
         cells = []
         for number, raw in enumerate(document.get("cells", []), start=1):
+            text = _source_text(raw.get("source", ""))
             if raw.get("cell_type") != "code" or not python:
-                cells.append(Cell(number=number, first_line=1, text=None))
+                cells.append(Cell(number=number, first_line=1, text=None, raw=text))
                 continue
-            cells.append(mask_cell(number, _source_text(raw.get("source", ""))))
+            cells.append(dataclasses.replace(mask_cell(number, text), raw=text))
         super().__init__(cells)
 
     def render(self, new_texts: Dict[int, str]) -> bytes:
