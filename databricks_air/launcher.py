@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from databricks.air import payload, tracking, validation
 from databricks.air._engine import rank_server_handle
+from databricks.air._switches import switched_on
 from databricks.air._engine import launch as engine
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import RuntimeConfigurationError, SerializationError
@@ -223,7 +224,7 @@ class DistributedFunction:
                 log_dir=log_dir,
                 timeout=self.timeout,
                 timeout_note=_timeout_note(self.timeout),
-                show_all_ranks=_flag(SHOW_ALL_RANKS_VARIABLE),
+                show_all_ranks=switched_on(SHOW_ALL_RANKS_VARIABLE),
                 start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
                 grace_period=_grace_period(),
                 code_files=payload.code_files(self.func),
@@ -252,10 +253,6 @@ def _timeout_note(timeout: Optional[float]) -> str:
         f"The limit{default} is set with @distributed(timeout=SECONDS) or .with_overrides(timeout=SECONDS); "
         "timeout=None removes it. "
     )
-
-
-def _flag(variable: str) -> bool:
-    return os.environ.get(variable, "").strip().lower() in ("1", "true", "yes")
 
 
 def _grace_period() -> float:

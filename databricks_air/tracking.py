@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional
 
+from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
 
@@ -48,7 +49,7 @@ FAILURE_HINTS = {
 
 def tracking_enabled() -> bool:
     """False when ``DATABRICKS_AIR_MLFLOW`` is ``0``, ``false`` or ``no``."""
-    return os.environ.get(SWITCH_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    return not switched_off(SWITCH_VARIABLE)
 
 
 class CallRun:
@@ -141,7 +142,7 @@ class CallRun:
         The monitor runs in the caller: every rank is on this node, so it sees what a monitor in rank 0 would,
         without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off.
         """
-        if os.environ.get(SYSTEM_METRICS_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+        if switched_off(SYSTEM_METRICS_VARIABLE):
             return
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar, Dict, List, Type, TypeVar
+from typing import ClassVar, Dict, List, Type, TypeVar
 
 import libcst
 from libcst.metadata import PositionProvider
@@ -63,5 +63,3 @@ def apply(rule_type: Type[Rule], module: libcst.Module) -> "tuple[libcst.Module,
     new_module = wrapper.visit(rule)
     return new_module, rule.findings
 
-
-Transform = Callable[[libcst.Module], "tuple[libcst.Module, List[Finding]]"]

@@ -30,6 +30,7 @@ from databricks.air._engine import rank_server_handle
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.failures import RankOutcome, build_error
 from databricks.air._engine.output import RankOutput, make_outputs
+from databricks.air._engine.rank_server import kill_group
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.values import read_value_file
 from databricks.air.exceptions import (
@@ -323,12 +324,12 @@ class _Call:
         now = time.time()
         for outcome in self.running:
             outcome.stopped_at = now
-            _signal_group(outcome.pid, signal.SIGTERM)
+            kill_group(outcome.pid, signal.SIGTERM)
 
     def _kill(self) -> None:
         self.killed = True
         for outcome in self.running:
-            _signal_group(outcome.pid, signal.SIGKILL)
+            kill_group(outcome.pid, signal.SIGKILL)
 
     # --- ending --------------------------------------------------------------------------------------------------
 
@@ -351,9 +352,9 @@ class _Call:
     def close(self) -> None:
         """Make sure nothing of this call survives, whatever happened."""
         for outcome in self.running:
-            _signal_group(outcome.pid, signal.SIGKILL)
+            kill_group(outcome.pid, signal.SIGKILL)
         if self.store_pid is not None:
-            _signal_group(self.store_pid, signal.SIGKILL)
+            kill_group(self.store_pid, signal.SIGKILL)
         self._wait_for_exits()
         for fd in list(self.pipes):
             self.selector.unregister(fd)
@@ -399,10 +400,3 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -36,6 +36,7 @@ import sys
 from typing import Dict, List, Optional, Set, Tuple
 
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
+from databricks.air._switches import switched_off
 
 # `python -c` puts the working directory first on sys.path; a user's file there named like a module torch imports
 # (concurrent.py, say) would then be imported, and run, while preloading. The rank applies the caller's own
@@ -171,7 +172,7 @@ class RankServer:
         os.close(pidfd)
         # The leader is a zombie now, so its pid (and process group id) cannot have been reused: kill whatever it
         # left in its group (DataLoader workers, stray subprocesses) before reaping it.
-        _kill_group(pid, signal.SIGKILL)
+        kill_group(pid, signal.SIGKILL)
         _, wait_status = os.waitpid(pid, 0)
         try:
             send(self.control, {"op": "exit", "pid": pid, "status": status_from_wait(wait_status)})
@@ -181,7 +182,7 @@ class RankServer:
     def kill_all(self) -> None:
         """Kill every child's process group and reap the children."""
         for pidfd, pid in list(self.children.items()):
-            _kill_group(pid, signal.SIGKILL)
+            kill_group(pid, signal.SIGKILL)
         for pidfd, pid in list(self.children.items()):
             try:
                 os.waitpid(pid, 0)
@@ -215,7 +216,7 @@ class RankServer:
                 pids.append(self._fork_rank(call_dir, rank, exec_fresh, fds[2 * index], fds[2 * index + 1], fds))
         except OSError:
             for pid in pids:  # all or none
-                _kill_group(pid, signal.SIGKILL)
+                kill_group(pid, signal.SIGKILL)
             raise
         finally:
             for fd in fds:
@@ -294,7 +295,8 @@ def _host_store(report_fd: int, world_size: int, port: int, timeout: float) -> N
         signal.pause()
 
 
-def _kill_group(pgid: int, sig: int) -> None:
+def kill_group(pgid: int, sig: int) -> None:
+    """Signal a process group; one that is already gone is not an error."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -314,8 +316,7 @@ def preload() -> List[str]:
 
 def deferred_preloads() -> List[str]:
     """Modules worth having in ranks but not worth delaying the first call for (MLflow, when tracking is on)."""
-    tracking = os.environ.get("DATABRICKS_AIR_MLFLOW", "1").strip().lower() not in ("0", "false", "no", "off")
-    return ["mlflow"] if tracking else []
+    return [] if switched_off("DATABRICKS_AIR_MLFLOW") else ["mlflow"]
 
 
 def _import_all(modules: List[str]) -> List[str]:

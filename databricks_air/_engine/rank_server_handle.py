@@ -64,10 +64,6 @@ class RankServerHandle:
         self._backlog: List[dict] = []
         _live_handles.add(self)
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
     def alive(self) -> bool:
         return self.process.poll() is None
 
