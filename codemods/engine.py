@@ -15,54 +15,12 @@ from typing import List, Optional, Sequence, Tuple, Type
 
 import libcst
 
+from air_migrate.results import FileResult, Record
 from air_migrate.rules.base import Finding, Rule, apply
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 
 # A cell none of these words appear in cannot hold anything a rule changes.
 _MENTIONS = ("serverless_gpu", "serverless-gpu", "gpus", "gpu_type")
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """One line of the report: a change, or something a person must look at."""
-
-    path: str
-    cell: Optional[int]
-    """1-based cell number, for notebooks (Databricks sources and ``.ipynb``)."""
-    line: int
-    """1-based: the line in the file for scripts and Databricks sources, in the cell for ``.ipynb``."""
-    column: int
-    code: str
-    message: str
-    attention: bool = False
-    blocking: bool = False
-
-    def __str__(self) -> str:
-        where = f"{self.path}:cell {self.cell}" if self.cell is not None else self.path
-        return f"{where}:{self.line}:{self.column}: {self.code} {self.message}"
-
-
-@dataclasses.dataclass
-class FileResult:
-    """What migrating one file gave."""
-
-    path: str
-    original: bytes
-    migrated: Optional[bytes] = None
-    """The new bytes, when the file changes (``None``: unchanged, blocked or failed)."""
-    records: List[Record] = dataclasses.field(default_factory=list)
-    error: Optional[str] = None
-    """Why the file could not be processed at all."""
-    relevant: bool = False
-    """It mentions serverless_gpu or the old keywords."""
-
-    @property
-    def blocked(self) -> bool:
-        return any(record.blocking for record in self.records)
-
-    @property
-    def changed(self) -> bool:
-        return self.migrated is not None and self.migrated != self.original
 
 
 def mentions(text: str) -> bool:

@@ -1,0 +1,96 @@
+"""What migrating a file gives: its report records and, when it changes, its new bytes.
+
+Every number in a record is 1-based. ``line`` is the line in the file for plain scripts and Databricks notebook
+sources (what editors show), and the line within the cell for Jupyter notebooks; ``cell`` counts every cell of a
+notebook, markdown included, and is ``None`` for plain scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+CHANGE = "change"
+"""Rewritten; nothing more to do."""
+REVIEW = "review"
+"""Rewritten, but a person should check the result (e.g. ``import *``)."""
+MANUAL = "manual"
+"""Not rewritten: a person must do it; the rest of the file is still migrated."""
+BLOCKING = "blocking"
+"""Not rewritten, and the file is left unchanged (unless ``--partial``) since half a migration would break it."""
+SEVERITIES = (CHANGE, REVIEW, MANUAL, BLOCKING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One line of the report: a change, or something a person must look at."""
+
+    path: str
+    cell: Optional[int]
+    """1-based cell number, for notebooks (Databricks sources and ``.ipynb``)."""
+    line: int
+    """1-based: the line in the file for scripts and Databricks sources, in the cell for ``.ipynb``."""
+    column: int
+    code: str
+    message: str
+    attention: bool = False
+    """Nothing was rewritten here: a person must decide."""
+    blocking: bool = False
+    """The file cannot be migrated correctly without a person, so by default it is left unchanged."""
+    review: bool = False
+    """Rewritten, but the result should be checked by a person."""
+    end_line: Optional[int] = None
+    """1-based line where the reported code ends (same numbering as ``line``)."""
+    end_column: Optional[int] = None
+    """1-based column just past the reported code, as editors count a selection's end."""
+    before: Optional[str] = None
+    """For a change: the source of the changed code as it was."""
+    after: Optional[str] = None
+    """For a change: the source of the changed code as it is now."""
+
+    @property
+    def severity(self) -> str:
+        """One of :data:`SEVERITIES`, derived from the flags."""
+        if self.blocking:
+            return BLOCKING
+        if self.attention:
+            return MANUAL
+        return REVIEW if self.review else CHANGE
+
+    @property
+    def location(self) -> str:
+        """``path[:cell N]:line:col``."""
+        where = f"{self.path}:cell {self.cell}" if self.cell is not None else self.path
+        return f"{where}:{self.line}:{self.column}"
+
+    def sort_key(self) -> Tuple[int, int, int, str, str]:
+        """Position order within a file (cell, line, column), then code and message for ties."""
+        return (self.cell or 0, self.line, self.column, self.code, self.message)
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.code} {self.severity} {self.message}"
+
+
+@dataclasses.dataclass
+class FileResult:
+    """What migrating one file gave."""
+
+    path: str
+    original: bytes
+    migrated: Optional[bytes] = None
+    """The new bytes, when the file changes (``None``: unchanged, blocked or failed)."""
+    records: List[Record] = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+    """Why the file could not be processed at all."""
+    relevant: bool = False
+    """It mentions serverless_gpu or the old keywords."""
+    cells: Dict[int, Tuple[str, str]] = dataclasses.field(default_factory=dict)
+    """Cell number -> (old source, new source) of every cell that changes, magics restored."""
+
+    @property
+    def blocked(self) -> bool:
+        return any(record.blocking for record in self.records)
+
+    @property
+    def changed(self) -> bool:
+        return self.migrated is not None and self.migrated != self.original
