@@ -70,6 +70,7 @@ def migrate_file(path: str, data: bytes, rules: Sequence[Type[Rule]], partial: b
             new_texts[cell.number] = new_text
     if new_texts and (partial or not result.blocked):
         result.migrated = source.render(new_texts)
+        result.cells = {n: (source.cells[n - 1].raw, source.cells[n - 1].unmask(t)) for n, t in new_texts.items()}
     return result
 
 
