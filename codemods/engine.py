@@ -27,8 +27,15 @@ def mentions(text: str) -> bool:
     return any(word in text for word in _MENTIONS)
 
 
-def migrate_file(path: str, data: bytes, rules: Sequence[Type[Rule]], partial: bool = False) -> FileResult:
-    """Run ``rules`` over the file ``path`` whose bytes are ``data``."""
+def migrate_file(
+    path: str, data: bytes, rules: Sequence[Type[Rule]], partial: bool = False, *,
+    fix_pip: bool = False, pip_package: Optional[str] = None, todo_comments: bool = False,
+) -> FileResult:
+    """Run ``rules`` over the file ``path`` whose bytes are ``data``.
+
+    ``fix_pip``, ``pip_package`` and ``todo_comments`` are the command line's ``--fix-pip``, ``--pip-package`` and
+    ``--todo-comments`` (accepted here; what they do is the rules' part).
+    """
     result = FileResult(path, data)
     if not any(word.encode() in data for word in _MENTIONS):
         return result
