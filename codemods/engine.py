@@ -1,9 +1,22 @@
 """Migrating one file: its cells through the selected rules, checked, and put back together.
 
-The driver knows nothing of individual rules: it splits a file into cells (:mod:`air_migrate.sources`), skips
-cells that cannot matter by a cheap text check, parses the rest with libcst, runs each rule in code order, checks
-that the result still parses, and renders the file. By default a file with a blocking finding is left unchanged,
-since half a migration breaks on both runtimes (``partial=True`` writes what could be converted).
+The driver knows nothing of individual rules. For one file it:
+
+1. skips it unless its bytes mention a trigger word (:func:`air_migrate.cell_context.mentions_any`);
+2. splits it into cells (:mod:`air_migrate.sources`) and lets the line rules look at the raw lines of each code cell
+   (``%pip``, ``%run``, ``# MAGIC`` lines);
+3. parses each Python cell that mentions a trigger word, with the imports of the earlier cells before it so that
+   names resolve across cells in order (:mod:`air_migrate.cell_context`); a cell that does not parse is reported
+   and skipped while the others are migrated;
+4. lets every rule survey every parsed cell, then runs all rules over each cell in one traversal, so positions are
+   those of the input (:mod:`air_migrate.rules.cell_pass`);
+5. checks that every changed cell still parses (libcst and :mod:`ast`) and renders the file.
+
+By default a file with a blocking finding keeps its code as it is, since half a migration breaks on both runtimes
+(``partial=True`` writes what could be converted). ``todo_comments=True`` puts a ``# TODO(air-migrate AMxxx): ...``
+line above each statement that needs a person; those markers are written even into a file whose changes are held
+back: they change no behaviour, and they show the person where the blockers are. ``fix_pip=True`` rewrites the
+``%pip install serverless_gpu`` lines (``pip_package`` names the package to install instead).
 """
 
 from __future__ import annotations
@@ -11,33 +24,49 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import List, Optional, Sequence, Tuple, Type
+from typing import Dict, List, Optional, Sequence
 
 import libcst
 
+from air_migrate.cell_context import TRIGGER_WORDS, ImportContext, mentions_any
 from air_migrate.results import FileResult, Record
-from air_migrate.rules.base import Finding, Rule, apply
+from air_migrate.rules.am108_gpu_type_members import OPAQUE_TEXTS
+from air_migrate.rules.am110_pip_installs import validate_pip_package
+from air_migrate.rules.base import AnyRule, CellContext, FileOptions, LineRule, Rule
+from air_migrate.rules.cell_pass import CellOutcome, PreparedCell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 
-# A cell none of these words appear in cannot hold anything a rule changes.
-_MENTIONS = ("serverless_gpu", "serverless-gpu", "gpus", "gpu_type")
+__all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 
 
 def mentions(text: str) -> bool:
-    return any(word in text for word in _MENTIONS)
+    """The text holds one of the words a rule can act on."""
+    return any(word in text for word in TRIGGER_WORDS)
+
+
+@dataclasses.dataclass
+class _ParsedCell:
+    cell: Cell
+    prefix: str
+    prepared: PreparedCell
+    outcome: Optional[CellOutcome] = None
 
 
 def migrate_file(
-    path: str, data: bytes, rules: Sequence[Type[Rule]], partial: bool = False, *,
-    fix_pip: bool = False, pip_package: Optional[str] = None, todo_comments: bool = False,
+    path: str,
+    data: bytes,
+    rules: Sequence[AnyRule],
+    partial: bool = False,
+    *,
+    fix_pip: bool = False,
+    pip_package: Optional[str] = None,
+    todo_comments: bool = False,
 ) -> FileResult:
-    """Run ``rules`` over the file ``path`` whose bytes are ``data``.
-
-    ``fix_pip``, ``pip_package`` and ``todo_comments`` are the command line's ``--fix-pip``, ``--pip-package`` and
-    ``--todo-comments`` (accepted here; what they do is the rules' part).
-    """
+    """Run ``rules`` over the file ``path`` whose bytes are ``data``."""
+    if pip_package is not None:
+        validate_pip_package(pip_package)
     result = FileResult(path, data)
-    if not any(word.encode() in data for word in _MENTIONS):
+    if not mentions_any(data):
         return result
     try:
         source = read_source(path, data)
@@ -45,102 +74,182 @@ def migrate_file(
         result.error = str(error)
         return result
     result.relevant = True
-    new_texts = {}
-    context = ""  # the import lines of earlier cells: names resolve across cells, in order
-    for cell in source.cells:
-        _report_pip_installs(result, source, cell)
-        if cell.text is None:
-            if cell.skip_reason:
-                _record(result, source, cell.number, 1, 1, "AM901", f"cell skipped: {cell.skip_reason}", False)
-            continue
-        if not mentions(cell.text):
-            context += _import_lines(cell.text)
-            continue
-        try:
-            libcst.parse_module(cell.text)
-        except libcst.ParserSyntaxError as error:
-            _record(result, source, cell.number, error.raw_line, error.raw_column + 1, "AM902",
-                    f"cell skipped: it is not valid Python here ({error.message})", False)
-            continue
-        new_text, findings = _run_rules(rules, context, cell.text)
-        for finding in findings:
-            _record(result, source, cell.number, finding.line, finding.column, finding.code, finding.message,
-                    finding.attention, finding.blocking)
-        context += _import_lines(new_text)
-        if new_text != cell.text:
-            try:
-                libcst.parse_module(new_text)
-                ast.parse(new_text)
-            except (libcst.ParserSyntaxError, SyntaxError) as error:  # a rule's bug: never write it
-                result.error = f"internal error: the migrated cell {cell.number} does not parse ({error})"
-                return result
-            new_texts[cell.number] = new_text
-    if new_texts and (partial or not result.blocked):
-        result.migrated = source.render(new_texts)
-        result.cells = {n: (source.cells[n - 1].raw, source.cells[n - 1].unmask(t)) for n, t in new_texts.items()}
+    options = FileOptions(source.kind, fix_pip, pip_package)
+    line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
+    rule_types = [rule for rule in rules if issubclass(rule, Rule)]
+    scratch: Dict[str, object] = {"kind": source.kind}
+    opaque: List[str] = []
+    scratch[OPAQUE_TEXTS] = opaque
+    parsed = _parse_cells(result, source, rule_types, scratch, opaque)
+    line_fixes = _check_lines(result, source, line_rules)
+    for unit in parsed:
+        unit.prepared.survey()
+    for unit in parsed:
+        unit.outcome = unit.prepared.run(todo_comments)
+        _record_findings(result, source, unit)
+    apply_changes = partial or not result.blocked
+    new_texts: Dict[int, str] = {}
+    for unit in parsed:
+        text = _new_text(unit, apply_changes, todo_comments)
+        if text is None:
+            return _internal_error(result, unit.cell.number)
+        if text != unit.cell.text:
+            new_texts[unit.cell.number] = unit.cell.unmask(text)
+    if apply_changes:
+        for number in line_fixes:
+            cell = source.cells[number - 1]
+            new_texts[number] = _fix_lines(new_texts.get(number, cell.raw), line_rules)
+    changed = {n: text for n, text in new_texts.items() if text != source.cells[n - 1].raw}
+    if changed:
+        result.cells = {n: (source.cells[n - 1].raw, text) for n, text in sorted(changed.items())}
+        result.migrated = source.render(changed)
     return result
 
 
-_PIP_INSTALL = re.compile(r"^\s*(?:# MAGIC\s*)?[%!]\s*pip\s+install\b.*\bserverless[-_]gpu\b", re.IGNORECASE)
-
-
-def _report_pip_installs(result: FileResult, source: SourceFile, cell: Cell) -> None:
-    """``%pip install serverless_gpu`` (as a magic or a ``# MAGIC`` line) is reported; rewriting it is opt-in."""
-    if cell.raw and "gpu" in cell.raw:
-        for index, line in enumerate(cell.raw.splitlines(), start=1):
-            if _PIP_INSTALL.match(line):
-                _record(result, source, cell.number, index, 1, "AM110",
-                        "installs serverless_gpu: install databricks-air-oss instead (databricks-sdk-air on "
-                        "Databricks); automatic rewriting of pip lines is not available yet", True)
-
-
-def _run_rules(rules: Sequence[Type[Rule]], context: str, text: str) -> Tuple[str, List[Finding]]:
-    """Run the rules over ``text`` as if ``context`` (earlier cells' imports) came first; return text and findings.
-
-    Should a rule touch the context itself, the cell is run again without it (names from earlier cells are then
-    not resolved, which only means fewer changes).
-    """
-    for prefix in (context, "") if context else ("",):
-        module = libcst.parse_module(prefix + text)
-        findings: List[Finding] = []
-        for rule in rules:
-            module, found = apply(rule, module)
-            findings += found
-        code = module.code
-        if code.startswith(prefix):
+def _parse_cells(
+    result: FileResult, source: SourceFile, rule_types: Sequence[type], scratch: Dict[str, object], opaque: List[str]
+) -> List[_ParsedCell]:
+    """Every Python cell worth parsing, parsed with the earlier cells' imports before it."""
+    context = ImportContext()
+    parsed: List[_ParsedCell] = []
+    for cell in source.cells:
+        if not cell.code:
+            continue
+        if cell.text is None:
+            opaque.append(cell.raw)
+            if cell.skip_reason and context.mentions(cell.raw):
+                _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1, attention=True)
+            continue
+        opaque.extend(cell.masks.values())
+        if not context.mentions(cell.text):
+            context.add(cell.number, cell.text)
+            continue
+        newline = _newline(cell.text)
+        prefix, statements = context.prefix(newline)
+        try:
+            module = libcst.parse_module(prefix + cell.text)
+        except libcst.ParserSyntaxError as error:
+            opaque.append(cell.raw)
             skip = prefix.count("\n")
-            kept = [dataclasses.replace(f, line=f.line - skip) for f in findings if f.line > skip]
-            return code[len(prefix):], kept
-    raise AssertionError("an empty prefix always matches")
+            _record(result, source, cell, "AM902", f"cell skipped: it is not valid Python here ({error.message})",
+                    max(error.raw_line - skip, 1), error.raw_column + 1, attention=True)
+            continue
+        cell_context = CellContext(cell.number, prefix.count("\n"), statements, scratch)  # type: ignore[arg-type]
+        parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
+        context.add(cell.number, cell.text)
+    return parsed
 
 
-def _import_lines(text: str) -> str:
-    """The module-level import statements of a cell, as source lines."""
-    try:
-        module = libcst.parse_module(text)
-    except libcst.ParserSyntaxError:
-        return ""
+def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[LineRule]) -> List[int]:
+    """Report what the line rules find in every code cell; return the cells with a line to rewrite."""
+    fixes = []
+    if not line_rules:
+        return fixes
+    for cell in source.cells:
+        if not cell.code:
+            continue
+        fixable = False
+        for index, line in enumerate(cell.raw.splitlines(), start=1):
+            for rule in line_rules:
+                found = rule.check(line)
+                if found is None:
+                    continue
+                _record(result, source, cell, rule.CODE, found.message, index, found.column,
+                        attention=found.attention, review=found.review, end=(index, found.end_column),
+                        before=line, after=found.new_line)
+                fixable |= found.new_line is not None
+        if fixable:
+            fixes.append(cell.number)
+    return fixes
+
+
+def _fix_lines(text: str, line_rules: Sequence[LineRule]) -> str:
+    """``text`` with every line a line rule rewrites rewritten, line endings kept."""
     lines = []
-    for statement in module.body:
-        if isinstance(statement, libcst.SimpleStatementLine) and all(
-            isinstance(small, (libcst.Import, libcst.ImportFrom)) for small in statement.body
-        ):
-            line = module.code_for_node(statement.with_changes(leading_lines=()))
-            lines.append(line if line.endswith("\n") else line + "\n")
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        for rule in line_rules:
+            found = rule.check(body)
+            if found is not None and found.new_line is not None:
+                body = found.new_line
+        lines.append(body + line[len(line.rstrip("\r\n")):])
     return "".join(lines)
 
 
-def _record(
-    result: FileResult, source: SourceFile, cell_number: int, line: int, column: int, code: str, message: str,
-    attention: bool, blocking: bool = False,
-) -> None:
-    cell = source.cells[cell_number - 1]
-    if source.kind == "python":
-        where_cell, where_line = None, line
-    elif source.kind == "databricks":
-        where_cell, where_line = cell_number, cell.first_line + line - 1
+def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool) -> Optional[str]:
+    """The cell's new (masked) Python text; ``None`` when it does not parse (a rule's bug: never write it)."""
+    assert unit.outcome is not None
+    if apply_changes:
+        code = unit.outcome.module.code
+    elif todo_comments and unit.outcome.marks:
+        code = unit.prepared.markers_only(unit.outcome.marks).code
     else:
-        where_cell, where_line = cell_number, line
+        return unit.cell.text
+    if not code.startswith(unit.prefix):
+        return None
+    text = code[len(unit.prefix):]
+    if text != unit.cell.text:
+        try:
+            libcst.parse_module(text)
+            ast.parse(text)
+        except (libcst.ParserSyntaxError, SyntaxError, ValueError):
+            return None
+    return text
+
+
+def _internal_error(result: FileResult, cell: int) -> FileResult:
+    result.error = f"internal error: the migrated cell {cell} would not parse, so the file is left as it is"
+    result.migrated = None
+    result.cells = {}
+    return result
+
+
+def _record_findings(result: FileResult, source: SourceFile, unit: _ParsedCell) -> None:
+    assert unit.outcome is not None
+    skip = unit.prepared.context.prefix_lines
+    cell = unit.cell
+    for finding in unit.outcome.findings:
+        end = (finding.end_line - skip, finding.end_column) if finding.end_line is not None else None
+        _record(
+            result, source, cell, finding.code, finding.message, finding.line - skip, finding.column,
+            attention=finding.attention, blocking=finding.blocking, review=finding.review, end=end,
+            before=cell.unmask(finding.before) if finding.before is not None else None,
+            after=cell.unmask(finding.after) if finding.after is not None else None,
+        )
+
+
+def _record(
+    result: FileResult,
+    source: SourceFile,
+    cell: Cell,
+    code: str,
+    message: str,
+    line: int,
+    column: int,
+    *,
+    attention: bool = False,
+    blocking: bool = False,
+    review: bool = False,
+    end: Optional[tuple] = None,
+    before: Optional[str] = None,
+    after: Optional[str] = None,
+) -> None:
+    """Add a record at a 1-based line of the cell, numbered as the report numbers it for this kind of file."""
+    if source.kind == "ipynb":
+        where_cell, offset = cell.number, 0
+    elif source.kind == "databricks":
+        where_cell, offset = cell.number, cell.first_line - 1
+    else:
+        where_cell, offset = None, 0
+    end_line, end_column = end if end is not None else (None, None)
     result.records.append(
-        Record(result.path, where_cell, where_line, column, code, message, attention or blocking, blocking)
+        Record(
+            result.path, where_cell, line + offset, column, code, message, attention or blocking, blocking, review,
+            end_line + offset if end_line is not None else None, end_column, before, after,
+        )
     )
+
+
+def _newline(text: str) -> str:
+    found = re.search(r"\r\n|\n", text)
+    return found.group() if found else "\n"

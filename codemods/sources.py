@@ -6,6 +6,8 @@
   kept as they are;
 * a Jupyter notebook (``.ipynb``) gives its code cells, with IPython magics masked by placeholders that are
   valid Python (``%pip install x`` becomes a name, ``x = !ls`` keeps its ``x =``), so that libcst can parse them.
+  A placeholder is as long as its magic whenever the magic is long enough to hold a unique one, so positions on
+  the line stay those of the input (a magic runs to the end of its line, so nothing after it can shift anyway).
 
 Everything outside the Python text of a cell a transform changes comes back byte for byte: BOM, CRLF, tabs, a
 missing final newline, separators, ``# MAGIC`` and ``# DBTITLE`` lines, and the notebook's JSON style (indent, key
@@ -51,7 +53,9 @@ class Cell:
     masks: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Placeholder -> the magic text it stands for."""
     raw: str = ""
-    """The cell as written (magics and ``# MAGIC`` lines included), for what is reported but never rewritten."""
+    """The cell as written (magics and ``# MAGIC`` lines included)."""
+    code: bool = True
+    """False for markdown and raw cells (and a notebook in another language): no rule looks at them."""
 
     def unmask(self, text: str) -> str:
         """Put the magics back into ``text``."""
@@ -70,7 +74,7 @@ class SourceFile(abc.ABC):
 
     @abc.abstractmethod
     def render(self, new_texts: Dict[int, str]) -> bytes:
-        """The file's bytes, with the cells numbered in ``new_texts`` given new (masked) Python text."""
+        """The file's bytes, with the cells numbered in ``new_texts`` given new text (as written: magics unmasked)."""
 
 
 class PythonFile(SourceFile):
@@ -98,7 +102,10 @@ class DatabricksFile(SourceFile):
         line = 1 + header.count("\n")
         for number, chunk in enumerate(chunks, start=1):
             python = not _is_magic_chunk(chunk)
-            cells.append(Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk))
+            cells.append(
+                Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk,
+                     code=python or not _is_markdown_chunk(chunk))
+            )
             line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
         super().__init__(cells)
         self._header = header
@@ -115,12 +122,23 @@ class DatabricksFile(SourceFile):
         return "".join(pieces).encode("utf-8")
 
 
-def _is_magic_chunk(chunk: str) -> bool:
-    """All of the cell's non-blank lines are ``# MAGIC`` (after an optional ``# DBTITLE``) lines."""
+def _magic_lines(chunk: str) -> List[str]:
     lines = [line for line in chunk.splitlines() if line.strip()]
     if lines and lines[0].startswith(_TITLE_PREFIX):
         lines = lines[1:]
+    return lines
+
+
+def _is_magic_chunk(chunk: str) -> bool:
+    """All of the cell's non-blank lines are ``# MAGIC`` (after an optional ``# DBTITLE``) lines."""
+    lines = _magic_lines(chunk)
     return bool(lines) and all(line.startswith(_MAGIC_PREFIX) for line in lines)
+
+
+def _is_markdown_chunk(chunk: str) -> bool:
+    """A ``# MAGIC %md`` cell: documentation, where a ``%pip`` line is only an example."""
+    first = _magic_lines(chunk)[0][len(_MAGIC_PREFIX):].strip()
+    return first.split(" ", 1)[0] in ("%md", "%md-sandbox")
 
 
 class NotebookFile(SourceFile):
@@ -136,7 +154,7 @@ class NotebookFile(SourceFile):
         for number, raw in enumerate(document.get("cells", []), start=1):
             text = _source_text(raw.get("source", ""))
             if raw.get("cell_type") != "code" or not python:
-                cells.append(Cell(number=number, first_line=1, text=None, raw=text))
+                cells.append(Cell(number=number, first_line=1, text=None, raw=text, code=False))
                 continue
             cells.append(dataclasses.replace(mask_cell(number, text), raw=text))
         super().__init__(cells)
@@ -145,9 +163,8 @@ class NotebookFile(SourceFile):
         if not new_texts:
             return self._style.dump(self._document)
         document = json.loads(json.dumps(self._document))  # a deep copy keeping key order
-        for number, masked in new_texts.items():
+        for number, text in new_texts.items():
             raw = document["cells"][number - 1]
-            text = self.cells[number - 1].unmask(masked)
             raw["source"] = text.splitlines(keepends=True) if isinstance(raw.get("source"), list) else text
         return self._style.dump(document)
 
@@ -196,7 +213,7 @@ def mask_cell(number: int, source: str) -> Cell:
     for index, line in enumerate(lines):
         body, ending = _split_ending(line)
         if index == 0 and body.strip().startswith("%%"):
-            placeholder = _placeholder(source, masks, "#")
+            placeholder = _placeholder(source, masks, "#", len(body))
             masks[placeholder] = body
             masked_lines.append(placeholder + ending)
             continue
@@ -209,7 +226,7 @@ def mask_cell(number: int, source: str) -> Cell:
         if body.rstrip().endswith("\\"):
             return Cell(number, 1, None, skip_reason="a magic continues over several lines")
         prefix = match.group("head") if assigned else match.group("indent")
-        placeholder = _placeholder(source, masks, "")
+        placeholder = _placeholder(source, masks, "", len(match.group("magic")))
         masks[placeholder] = match.group("magic")
         masked_lines.append(prefix + placeholder + ending)
     masked = "".join(masked_lines)
@@ -224,10 +241,12 @@ def _split_ending(line: str) -> Tuple[str, str]:
     return stripped, line[len(stripped):]
 
 
-def _placeholder(source: str, masks: Dict[str, str], prefix: str) -> str:
+def _placeholder(source: str, masks: Dict[str, str], prefix: str, length: int) -> str:
+    """A name (or comment) unique in the cell, as long as the magic it stands for when that is long enough."""
     index = len(masks)
     while True:
-        name = f"{prefix}__air_magic_{index}__"
+        base = f"{prefix}__air_magic_{index}_"
+        name = base + "_" * max(1, length - len(base))
         if name not in source and name not in masks:
             return name
         index += 1

@@ -9,6 +9,9 @@
   mention ``serverless_gpu`` are reported, not rewritten (the ``serverless_gpu`` shim keeps them working).
 
 Names are resolved by scope: a local variable called ``serverless_gpu``, or ``torch.distributed``, is never touched.
+
+Safety: every rewrite is safe (``databricks.air`` exports the very objects ``serverless_gpu`` does), except
+``import *``, which is made and flagged ``review``: the names it brings cannot be checked.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from air_migrate.rules.base import Rule, register
+from air_migrate.rules.base import CellContext, Rule, register
 
 OLD = "serverless_gpu"
 NEW = "databricks.air"
@@ -45,8 +48,8 @@ class ImportsRule(Rule):
     DESCRIPTION = "serverless_gpu imports become databricks.air imports (aliases kept; guarded ones reported)"
     METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, ScopeProvider)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: Optional[CellContext] = None) -> None:
+        super().__init__(context)
         self._new_imports: Set[Tuple[str, Optional[str]]] = set()
         self._import_depth = 0
         self._reported_strings: Set[libcst.SimpleString] = set()
@@ -84,8 +87,9 @@ class ImportsRule(Rule):
         names = []
         for alias, target in zip(updated_node.names, targets):
             names.append(alias.with_changes(name=_dotted(target)) if target else alias)
-        self.report(original_node, f"import {OLD} -> import {NEW}")
-        return updated_node.with_changes(names=names)
+        new_node = updated_node.with_changes(names=names)
+        self.report(original_node, f"import {OLD} -> import {NEW}", after=new_node)
+        return new_node
 
     def leave_ImportFrom(
         self, original_node: libcst.ImportFrom, updated_node: libcst.ImportFrom
@@ -101,18 +105,23 @@ class ImportsRule(Rule):
             self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand", attention=True)
             return updated_node
         if isinstance(original_node.names, libcst.ImportStar):
+            new_node = updated_node.with_changes(module=_dotted(target))
             self.report(
                 original_node,
                 f"from {old} import * -> from {target} import *; list the names you use instead of *",
-                attention=True,
+                review=True,
+                after=new_node,
             )
-            return updated_node.with_changes(module=_dotted(target))
+            return new_node
         wanted = {(get_full_name_for_node(a.name) or "", _asname(a)) for a in original_node.names}
         if target == NEW and wanted <= self._new_imports:
-            self.report(original_node, f"from {old} import ... removed: {NEW} already provides these names here")
+            self.report(
+                original_node, f"from {old} import ... removed: {NEW} already provides these names here", after=""
+            )
             return libcst.RemoveFromParent()
-        self.report(original_node, f"from {old} import -> from {target} import")
-        return updated_node.with_changes(module=_dotted(target))
+        new_node = updated_node.with_changes(module=_dotted(target))
+        self.report(original_node, f"from {old} import -> from {target} import", after=new_node)
+        return new_node
 
     # --- uses of an unaliased `import serverless_gpu` ------------------------------------------------------------
 
@@ -140,7 +149,9 @@ class ImportsRule(Rule):
             and not self._guarded(binding.node)
             for binding in bindings
         ):
-            return _dotted(NEW)
+            new_node = _dotted(NEW)
+            self.report(original_node, f"{OLD} -> {NEW}", after=new_node)
+            return new_node
         return updated_node
 
     # --- what is only reported -----------------------------------------------------------------------------------

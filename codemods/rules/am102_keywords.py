@@ -1,9 +1,12 @@
 """AM102: the old keywords ``gpus=`` and ``gpu_type=`` become ``num_accelerators=`` and ``accelerator_type=``.
 
 On ``distributed(...)`` and ``ray_launch(...)`` (as decorators or plain calls) of ``serverless_gpu`` or
-``databricks.air``, resolved by scope whatever the import's alias, and on ``.with_overrides(...)``. The value and
-its formatting are kept (GPU type values are AM103's). Calls where the rename cannot be confirmed are reported:
-both the old and the new keyword given, or ``**kwargs`` the tool cannot see into.
+``databricks.air``, resolved by scope whatever the import's alias, and on ``.with_overrides(...)``
+(:mod:`air_migrate.rules.targets`). The value and its formatting are kept (GPU type values are AM103's and AM108's).
+Calls where the rename cannot be confirmed are reported and left: both the old and the new keyword given, or
+``**kwargs`` the tool cannot see into (both block the file: it would be half-migrated).
+
+Safety: safe; ``databricks.air`` takes the new names with the same meaning.
 """
 
 from __future__ import annotations
@@ -12,21 +15,19 @@ import libcst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from air_migrate.rules.base import Rule, register
+from air_migrate.rules.targets import is_launch_call
 
 RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}
-_DECORATORS = {
-    f"{module}.{name}" for module in ("serverless_gpu", "databricks.air") for name in ("distributed", "ray_launch")
-}
 
 
 @register
 class KeywordsRule(Rule):
     CODE = "AM102"
-    DESCRIPTION = "gpus= and gpu_type= become num_accelerators= and accelerator_type= on distributed/ray_launch"
+    DESCRIPTION = "gpus= and gpu_type= become num_accelerators= and accelerator_type= on distributed/ray_launch (safe)"
     METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
-        if not self._is_target(original_node):
+        if not is_launch_call(self.get_metadata, original_node):
             return updated_node
         given = {arg.keyword.value for arg in original_node.args if arg.keyword is not None}
         old = [name for name in RENAMES if name in given]
@@ -42,14 +43,9 @@ class KeywordsRule(Rule):
             return updated_node
         args = []
         for original, arg in zip(original_node.args, updated_node.args):
-            if arg.keyword is not None and arg.keyword.value in RENAMES:
-                self.report(original, f"{arg.keyword.value}= -> {RENAMES[arg.keyword.value]}=")
-                arg = arg.with_changes(keyword=arg.keyword.with_changes(value=RENAMES[arg.keyword.value]))
+            if original.keyword is not None and arg.keyword is not None and original.keyword.value in RENAMES:
+                keyword = arg.keyword.with_changes(value=RENAMES[original.keyword.value])
+                self.report(original.keyword, f"{original.keyword.value}= -> {keyword.value}=", after=keyword)
+                arg = arg.with_changes(keyword=keyword)
             args.append(arg)
         return updated_node.with_changes(args=args)
-
-    def _is_target(self, call: libcst.Call) -> bool:
-        if isinstance(call.func, libcst.Attribute) and call.func.attr.value == "with_overrides":
-            return True
-        names = self.get_metadata(QualifiedNameProvider, call.func, set())
-        return any(name.name in _DECORATORS for name in names)

@@ -1,12 +1,28 @@
-"""What every rule shares: findings, reporting through one channel, and the registry."""
+"""What every rule shares: findings, reporting through one channel, what a rule knows of its cell, and the registry.
+
+There are two kinds of rule, both registered by code in :data:`REGISTRY`:
+
+* :class:`Rule`, a libcst transformer over one cell's Python. All the selected rules run together in ONE traversal
+  of the cell as it was read (:mod:`air_migrate.rules.cell_pass`), so every position a rule reports refers to the
+  input text, whatever the other rules change;
+* :class:`LineRule`, over the raw lines of a cell (``%pip`` and ``%run`` magics, ``# MAGIC`` lines), which libcst
+  never sees.
+
+Safety (item 21): a change is either safe (the program means the same) or flagged ``review`` (it is made, and a
+person should check it, e.g. ``import *``); each rule's docstring says which of its changes are which. What a rule
+cannot change correctly it leaves as written and reports as ``attention`` (``blocking`` when the file would be
+half-migrated without it).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Dict, List, Type, TypeVar
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 import libcst
 from libcst.metadata import PositionProvider
+
+_EMPTY_MODULE = libcst.Module(body=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,31 +37,136 @@ class Finding:
     """True when nothing was rewritten and a person must decide."""
     blocking: bool = False
     """True when the file cannot be migrated correctly without a person: by default it is then left unchanged."""
+    review: bool = False
+    """True when the change is made but a person should check it (it may change what the code means)."""
+    end_line: Optional[int] = None
+    end_column: Optional[int] = None
+    """1-based, just past the last character of what was found (so a one-character node ends at ``column + 1``)."""
+    before: Optional[str] = None
+    """The source of what was found, as written."""
+    after: Optional[str] = None
+    """For a change: the source that replaces ``before``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixStatement:
+    """An import statement of an earlier cell, put before a cell's text so that its names resolve."""
+
+    line: int
+    """1-based line of the parsed text where the statement starts."""
+    cell: int
+    cell_line: int
+    """Where the statement starts in its own cell (1-based)."""
+
+
+@dataclasses.dataclass
+class CellContext:
+    """What the rules running over one cell know beyond its text."""
+
+    number: int = 1
+    """1-based cell number (1 for a plain script)."""
+    prefix_lines: int = 0
+    """How many lines of earlier cells' imports come before the cell's own text (never visited nor changed)."""
+    prefix: Tuple[PrefixStatement, ...] = ()
+    file: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Scratch shared by the rules of every cell of one file; fresh for each file, so nothing leaks between files."""
+
+    def origin(self, line: int) -> Tuple[int, int]:
+        """``(cell, line in that cell)`` for a 1-based line of the parsed text (prefix included)."""
+        if line > self.prefix_lines:
+            return self.number, line - self.prefix_lines
+        for statement in reversed(self.prefix):
+            if statement.line <= line:
+                return statement.cell, statement.cell_line + line - statement.line
+        raise ValueError(f"line {line} is in no statement of the cell's prefix")
 
 
 class Rule(libcst.CSTTransformer):
-    """Base of every rule: ``CODE`` (e.g. ``AM101``) and a one-line ``DESCRIPTION`` for ``--list-rules``."""
+    """Base of every libcst rule: ``CODE`` (e.g. ``AM101``) and a one-line ``DESCRIPTION`` for ``--list-rules``.
+
+    A rule returns new nodes for what it changes and reports each change and each item for a person through
+    :meth:`report`, always at an original node. It may look at every cell of the file first, in :meth:`survey`.
+    """
 
     CODE: ClassVar[str]
     DESCRIPTION: ClassVar[str]
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self) -> None:
+    def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__()
+        self.context = context if context is not None else CellContext()
         self.findings: List[Finding] = []
+        self.module: libcst.Module = _EMPTY_MODULE
+        """The parsed cell, set by the pass that runs the rule (report snippets are printed with its settings)."""
+
+    def survey(self, module: libcst.Module) -> None:
+        """Called on every cell of a file before any cell is transformed (metadata resolved); by default nothing."""
 
     def report(
-        self, node: libcst.CSTNode, message: str, attention: bool = False, code: str = "", blocking: bool = False
+        self,
+        node: libcst.CSTNode,
+        message: str,
+        attention: bool = False,
+        code: str = "",
+        blocking: bool = False,
+        review: bool = False,
+        after: Union[libcst.CSTNode, str, None] = None,
     ) -> None:
-        """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own."""
-        start = self.get_metadata(PositionProvider, node).start
+        """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own.
+
+        ``after`` is what replaces ``node``, for a change (a node, or ``""`` for a removal); the report shows both
+        as source.
+        """
+        where = self.get_metadata(PositionProvider, node)
+        if isinstance(after, libcst.CSTNode):
+            after = self.module.code_for_node(after)
         self.findings.append(
-            Finding(code or self.CODE, start.line, start.column + 1, message, attention or blocking, blocking)
+            Finding(
+                code or self.CODE, where.start.line, where.start.column + 1, message, attention or blocking, blocking,
+                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after,
+            )
         )
 
 
-REGISTRY: Dict[str, Type[Rule]] = {}
-R = TypeVar("R", bound=Type[Rule])
+@dataclasses.dataclass(frozen=True)
+class FileOptions:
+    """What line rules need to know of the file and the command line."""
+
+    kind: str = "python"
+    """``python``, ``databricks`` or ``ipynb`` (see :mod:`air_migrate.sources`)."""
+    fix_pip: bool = False
+    pip_package: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LineFinding:
+    """What a line rule found on one line; ``new_line`` is the line rewritten, for a change."""
+
+    column: int
+    end_column: int
+    message: str
+    attention: bool = False
+    review: bool = False
+    new_line: Optional[str] = None
+
+
+class LineRule:
+    """Base of the rules over raw lines: ``CODE``, ``DESCRIPTION`` and :meth:`check`."""
+
+    CODE: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+
+    def __init__(self, options: FileOptions) -> None:
+        self.options = options
+
+    def check(self, line: str) -> Optional[LineFinding]:
+        """What this rule finds on ``line`` (without its line ending), or ``None``."""
+        raise NotImplementedError
+
+
+AnyRule = Union[Type[Rule], Type[LineRule]]
+REGISTRY: Dict[str, AnyRule] = {}
+R = TypeVar("R", Type[Rule], Type[LineRule])
 
 
 def register(rule: R) -> R:
@@ -58,8 +179,7 @@ def register(rule: R) -> R:
 
 def apply(rule_type: Type[Rule], module: libcst.Module) -> "tuple[libcst.Module, List[Finding]]":
     """Run one rule over a parsed cell; return the new module and what the rule reported."""
-    wrapper = libcst.MetadataWrapper(module, unsafe_skip_copy=True)
-    rule = rule_type()
-    new_module = wrapper.visit(rule)
-    return new_module, rule.findings
+    from air_migrate.rules.cell_pass import run_rules  # the pass builds on this module
 
+    outcome = run_rules([rule_type], module)
+    return outcome.module, outcome.findings

@@ -70,10 +70,23 @@ def test_an_existing_databricks_air_import_is_not_duplicated() -> None:
     assert findings == [(2, 1, False, "from serverless_gpu import ... removed: databricks.air already provides these names here")]
 
 
-def test_a_star_import_is_rewritten_and_reported() -> None:
-    code, findings = migrate("from serverless_gpu import *\n")
-    assert code == "from databricks.air import *\n"
-    assert findings == [(1, 1, True, "from serverless_gpu import * -> from databricks.air import *; list the names you use instead of *")]
+def test_a_star_import_is_rewritten_and_flagged_for_review() -> None:
+    module, findings = apply(REGISTRY["AM101"], libcst.parse_module("from serverless_gpu import *\n"))
+    assert module.code == "from databricks.air import *\n"
+    assert [(f.line, f.column, f.attention, f.review, f.message) for f in findings] == [
+        (1, 1, False, True, "from serverless_gpu import * -> from databricks.air import *; list the names you use "
+         "instead of *")
+    ]
+
+
+def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
+    module, findings = apply(
+        REGISTRY["AM101"], libcst.parse_module("import serverless_gpu\nserverless_gpu.distributed(gpus=2)\n")
+    )
+    assert [(f.line, f.column, f.end_line, f.end_column, f.before, f.after, f.review) for f in findings] == [
+        (1, 1, 1, 22, "import serverless_gpu", "import databricks.air", False),
+        (2, 1, 2, 15, "serverless_gpu", "databricks.air", False),
+    ]
 
 
 @pytest.mark.parametrize(

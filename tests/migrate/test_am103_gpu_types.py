@@ -74,11 +74,22 @@ def test_what_cannot_be_mapped_exactly_is_reported_with_its_code(call: str, code
     assert [(c, attention) for c, attention, _ in findings] == [(code, True)]
 
 
-def test_gpu_type_members_are_reported_until_their_rewrite_lands() -> None:
+def test_gpu_type_members_are_left_to_am108() -> None:
     source = "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n" \
              "@distributed(gpus=8, gpu_type=GPUType.H100)\ndef f(): ...\n"
-    out, findings = migrate(source)
-    assert out == source and [(c, a) for c, a, _ in findings] == [("AM108", True)]
+    assert migrate(source) == (source, [])
+
+
+def test_the_quotes_of_the_literal_are_kept() -> None:
+    code, _ = migrate(f"{HEADER}distributed(accelerator_type=\"\"\"A10\"\"\", num_accelerators=1)(f)\n")
+    assert code == f"{HEADER}distributed(accelerator_type=\"\"\"GPU_1xA10\"\"\", num_accelerators=1)(f)\n"
+
+
+def test_the_change_is_reported_with_the_literal_before_and_after() -> None:
+    _, findings = apply(REGISTRY["AM103"], libcst.parse_module(f"{HEADER}distributed(accelerator_type='B300')(f)\n"))
+    assert [(f.line, f.column, f.end_column, f.before, f.after) for f in findings] == [
+        (2, 30, 36, "'B300'", "'GPU_8xB300'")
+    ]
 
 
 def test_new_values_and_other_calls_are_left_alone() -> None:

@@ -1,0 +1,102 @@
+"""What a notebook cell inherits from the cells before it, in order: their imports, and the words worth parsing for.
+
+Each Python cell is parsed on its own (one bad cell must not stop the others), yet a name imported in cell 2 is used
+in cell 5. So a cell is parsed with the module-level imports of the earlier cells put before its own text (as they
+were read, so that ``serverless_gpu`` names resolve even after their own cell is migrated); those statements are
+never visited nor changed (:mod:`air_migrate.rules.cell_pass`).
+
+A cell is parsed at all only when it mentions a trigger word: the old package, its keywords, ``GPUType``, or a name
+an earlier cell bound by importing from ``serverless_gpu`` or ``databricks.air`` (an alias such as ``from
+serverless_gpu.compute import GPUType as T`` makes ``T`` one). Imports are found with :mod:`ast`, which is several
+times faster than libcst, since most cells only need to be looked through.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from typing import List, Pattern, Set, Tuple
+
+from air_migrate.rules.base import PrefixStatement
+
+TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "gpus", "gpu_type")
+"""A file (or cell) none of these appear in cannot hold anything a rule changes."""
+_PACKAGES = ("serverless_gpu", "databricks.air")
+
+
+def mentions_any(data: bytes) -> bool:
+    """The cheap check on a file's bytes, before anything is decoded or parsed."""
+    return any(word.encode() in data for word in TRIGGER_WORDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Import:
+    cell: int
+    line: int
+    """1-based line of the statement in its cell."""
+    text: str
+
+
+class ImportContext:
+    """The imports and trigger words gathered from the cells seen so far."""
+
+    def __init__(self) -> None:
+        self._imports: List[_Import] = []
+        self._bound: Set[str] = set()
+        self._pattern: Pattern[str] = _words_pattern(self._bound)
+
+    def mentions(self, text: str) -> bool:
+        """The cell's text holds a trigger word, so its Python is worth parsing."""
+        return any(word in text for word in TRIGGER_WORDS) or bool(self._bound and self._pattern.search(text))
+
+    def add(self, cell: int, text: str) -> None:
+        """Take in the module-level imports of a cell's (masked) Python text."""
+        if "import" not in text:
+            return
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return  # a cell that does not parse imports nothing the next cells can rely on
+        found = False
+        for statement in tree.body:
+            if not isinstance(statement, (ast.Import, ast.ImportFrom)):
+                continue
+            segment = ast.get_source_segment(text, statement)
+            if segment is None:
+                continue
+            self._imports.append(_Import(cell, statement.lineno, segment))
+            found |= self._bind(statement)
+        if found:
+            self._pattern = _words_pattern(self._bound)
+
+    def prefix(self, newline: str) -> Tuple[str, Tuple[PrefixStatement, ...]]:
+        """The earlier cells' imports as text (one statement a line, in ``newline``), and where each one came from."""
+        pieces: List[str] = []
+        statements: List[PrefixStatement] = []
+        line = 1
+        for found in self._imports:
+            text = found.text.replace("\r\n", "\n").replace("\n", newline) + newline
+            statements.append(PrefixStatement(line, found.cell, found.line))
+            pieces.append(text)
+            line += text.count("\n")
+        return "".join(pieces), tuple(statements)
+
+    def _bind(self, statement: ast.stmt) -> bool:
+        """Remember the names an import of either package binds; True when there are new ones."""
+        before = len(self._bound)
+        if isinstance(statement, ast.ImportFrom) and not statement.level and _ours(statement.module or ""):
+            self._bound.update(alias.asname or alias.name for alias in statement.names if alias.name != "*")
+        elif isinstance(statement, ast.Import):
+            self._bound.update(
+                (alias.asname or alias.name).split(".")[0] for alias in statement.names if _ours(alias.name)
+            )
+        return len(self._bound) != before
+
+
+def _ours(module: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in _PACKAGES)
+
+
+def _words_pattern(words: Set[str]) -> Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b") if words else re.compile(r"(?!)")

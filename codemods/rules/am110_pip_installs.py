@@ -1,0 +1,125 @@
+"""AM110: lines that install ``serverless_gpu`` with pip are reported; ``--fix-pip`` rewrites them.
+
+Recognised: ``%pip install ...`` and ``!pip install ...`` (also ``pip3``, ``python -m pip``, ``{sys.executable} -m
+pip``), in notebook cells and as Databricks ``# MAGIC %pip`` lines, naming ``serverless_gpu`` in any case and with
+``-``, ``_`` or ``.`` (pip treats them alike), with or without extras and a version specifier, quoted or not.
+
+With ``fix_pip``, each such requirement becomes the new package: ``databricks-sdk-air`` (what Databricks ships) in a
+Databricks notebook source, this project's ``databricks-air-oss`` elsewhere, ``pip_package`` overriding both. The rest
+of the line (other packages, flags, spacing, quotes, a comment) is kept byte for byte. A version specifier is dropped,
+since it applies to ``serverless_gpu`` and not to the new package, and the report says so. A line that already
+installs the new package only loses the ``serverless_gpu`` requirement. A mention that is not a plain requirement
+(a URL, a requirements file) is reported and left. This rewrite is the only edit ever made inside a ``# MAGIC`` cell.
+
+Safety: safe, except that a dropped version specifier or kept extras are flagged ``review``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+from air_migrate.rules.base import LineFinding, LineRule, register
+
+DATABRICKS_PACKAGE = "databricks-sdk-air"
+OPEN_PACKAGE = "databricks-air-oss"
+_INSTALL = re.compile(
+    r"^(?P<lead>[ \t]*(?:# MAGIC ?)?[ \t]*)[%!][ \t]*(?:(?:\{[^}]*\}|\S*python[\d.]*)[ \t]+-m[ \t]+)?pip3?[ \t]+install\b"
+    r"(?P<args>.*)$",
+    re.IGNORECASE,
+)
+_MENTION = re.compile(r"(?<![\w-])serverless[-_.]gpu(?![\w-])", re.IGNORECASE)
+_TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|[^\s"'])+""")
+_REQUIREMENT = re.compile(
+    r"""(?P<quote>["']?)(?P<name>serverless[-_.]gpu)(?P<extras>\[[^\]]*\])?"""
+    r"""(?P<spec>\s*(?:===|==|!=|~=|>=|<=|>|<)[^"'\s]*(?:\s*,\s*(?:===|==|!=|~=|>=|<=|>|<)[^"'\s,]*)*)?\s*(?P=quote)""",
+    re.IGNORECASE,
+)
+_VALID_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]*\])?([<>=!~]=?=?[A-Za-z0-9.*+!_-]+)?")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def validate_pip_package(name: str) -> str:
+    """``name`` when it is one requirement pip can take on a command line, else a ``ValueError`` saying why."""
+    if not _VALID_PACKAGE.fullmatch(name):
+        raise ValueError(
+            f"--pip-package {name!r} is not one package requirement: give a name such as databricks-air-oss, "
+            "optionally with extras or one version specifier (databricks-air-oss==0.3), without spaces or quotes"
+        )
+    return name
+
+
+@register
+class PipInstallsRule(LineRule):
+    CODE = "AM110"
+    DESCRIPTION = "a %pip/!pip install of serverless_gpu: reported; rewritten with --fix-pip (other packages kept)"
+
+    @property
+    def package(self) -> str:
+        """What replaces serverless_gpu on the line."""
+        if self.options.pip_package:
+            return validate_pip_package(self.options.pip_package)
+        return DATABRICKS_PACKAGE if self.options.kind == "databricks" else OPEN_PACKAGE
+
+    def check(self, line: str) -> Optional[LineFinding]:
+        install = _INSTALL.match(line)
+        if install is None or not _MENTION.search(install.group("args")):
+            return None
+        start = install.start("args")
+        tokens = [t for t in _TOKEN.finditer(install.group("args")) if _REQUIREMENT.fullmatch(t.group())]
+        if not tokens:
+            mention = _MENTION.search(line, start)
+            assert mention is not None
+            return LineFinding(
+                mention.start() + 1, mention.end() + 1,
+                "installs serverless_gpu in a form --fix-pip cannot rewrite (a URL, a file): change it by hand "
+                f"to {self.package}",
+                attention=True,
+            )
+        first = start + tokens[0].start() + 1
+        last = start + tokens[-1].end() + 1
+        if not self.options.fix_pip:
+            return LineFinding(
+                first, last, f"installs serverless_gpu: install {self.package} instead (--fix-pip rewrites this line)",
+                attention=True,
+            )
+        return self._rewrite(line, start, tokens, first, last)
+
+    def _rewrite(self, line: str, start: int, tokens: List["re.Match[str]"], first: int, last: int) -> LineFinding:
+        package = self.package
+        args = line[start:]
+        present = any(
+            _normalized(re.split(r"[\[<>=!~;\s]", t.group().strip("\"'"), maxsplit=1)[0]) == _normalized(
+                re.split(r"[\[<>=!~]", package, maxsplit=1)[0]
+            )
+            for t in _TOKEN.finditer(args)
+        )
+        notes: List[str] = []
+        pieces: List[str] = []
+        position = 0
+        for token in tokens:
+            requirement = _REQUIREMENT.fullmatch(token.group())
+            assert requirement is not None
+            quote, extras, spec = requirement.group("quote"), requirement.group("extras"), requirement.group("spec")
+            if spec:
+                notes.append(f"the version specifier {spec.strip()} is dropped: it applies to serverless_gpu, not to "
+                             f"{package}")
+            if present:
+                cut = token.start()
+                while cut > position and args[cut - 1] in " \t":
+                    cut -= 1
+                pieces.append(args[position:cut])
+            else:
+                if extras:
+                    notes.append(f"the extras {extras} are kept: check that {package} provides them")
+                pieces.append(args[position:token.start()] + f"{quote}{package}{extras or ''}{quote}")
+            position = token.end()
+        pieces.append(args[position:])
+        new_line = line[:start] + "".join(pieces)
+        action = f"serverless_gpu removed ({package} is already installed here)" if present else \
+            f"serverless_gpu -> {package}"
+        message = "; ".join([action] + notes)
+        return LineFinding(first, last, message, review=bool(notes), new_line=new_line)

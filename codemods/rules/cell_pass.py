@@ -1,0 +1,148 @@
+"""Running the selected rules over one cell: one traversal, one set of metadata, positions of the input text.
+
+Each rule gets a fresh instance per cell. All of them see the cell as it was read: metadata (positions, scopes,
+qualified names) is computed once, on the original nodes, and every rule reports at original nodes, so a column
+never shifts because another rule renamed something before it on the line. Changes are chained in code order: at
+each node, a rule's ``leave_*`` receives the node as the rules before it left it (a rule that replaces a node by
+one of another kind, or removes it, ends the chain for that node).
+
+Before any cell of a file is transformed, every rule surveys every cell (:meth:`PreparedCell.survey`), which is how
+a rule learns what other cells hold (e.g. whether a name is still used anywhere in a notebook).
+
+The statements of the cell's prefix (earlier cells' imports, put first so that names resolve across cells) are
+neither visited nor changed. With ``todo_comments``, each statement holding an item for a person gets a marker
+comment (:mod:`air_migrate.rules.todo_markers`); :meth:`PreparedCell.markers_only` gives the cell as read with only
+those markers, for a file whose changes are held back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, FrozenSet, List, Optional, Sequence, Type, Union
+
+import libcst
+from libcst.metadata import MetadataWrapper, ProviderT
+
+from air_migrate.rules.base import CellContext, Finding, Rule
+from air_migrate.rules.todo_markers import STATEMENTS, MarkerInserter, add_markers
+
+
+@dataclasses.dataclass
+class CellOutcome:
+    """What running the rules over a cell gave."""
+
+    module: libcst.Module
+    """The cell transformed (prefix included)."""
+    findings: List[Finding]
+    """In the order the rules reported them; positions in the parsed text (prefix included)."""
+    marks: Dict[libcst.CSTNode, List[Finding]]
+    """Original statement -> the findings for a person inside it (what gets a TODO marker)."""
+
+
+class PreparedCell:
+    """A parsed cell with its rules instantiated and their metadata resolved, ready to be surveyed and run."""
+
+    def __init__(
+        self, module: libcst.Module, rule_types: Sequence[Type[Rule]], context: Optional[CellContext] = None,
+        newline: str = "",
+    ) -> None:
+        self.module = module
+        self.context = context if context is not None else CellContext()
+        self.newline = newline
+        """The cell's own line ending when it differs from the parsed text's default (for inserted lines)."""
+        self.rules = [rule_type(self.context) for rule_type in rule_types]
+        self._findings: List[Finding] = []
+        providers: List[ProviderT] = []
+        for rule in self.rules:
+            rule.findings = self._findings  # one channel, in report order
+            rule.module = module
+            providers.extend(p for p in rule.get_inherited_dependencies() if p not in providers)
+        self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
+        metadata = self._wrapper.resolve_many(providers) if providers else {}
+        for rule in self.rules:
+            rule.metadata = metadata
+        self._skip: FrozenSet[libcst.CSTNode] = frozenset(module.body[: len(self.context.prefix)])
+
+    def survey(self) -> None:
+        """Let every rule look at the cell before any cell of the file is changed."""
+        for rule in self.rules:
+            rule.survey(self.module)
+
+    def run(self, todo_comments: bool = False) -> CellOutcome:
+        """Transform the cell with every rule in one traversal."""
+        traversal = _Traversal(self, todo_comments)
+        module = self.module.visit(traversal)
+        return CellOutcome(module, list(self._findings), traversal.marks)
+
+    def markers_only(self, marks: Dict[libcst.CSTNode, List[Finding]]) -> libcst.Module:
+        """The cell as read, with only the TODO markers of ``marks`` added."""
+        return self.module.visit(MarkerInserter(marks, self.newline))
+
+
+def run_rules(rule_types: Sequence[Type[Rule]], module: libcst.Module, todo_comments: bool = False) -> CellOutcome:
+    """Survey and run ``rule_types`` over one parsed cell on its own (no other cells, no prefix)."""
+    cell = PreparedCell(module, rule_types)
+    cell.survey()
+    return cell.run(todo_comments)
+
+
+class _Traversal(libcst.CSTTransformer):
+    """Dispatches each node to every rule in turn, and claims findings for the statements that hold them."""
+
+    def __init__(self, cell: PreparedCell, todo_comments: bool) -> None:
+        super().__init__()
+        self._cell = cell
+        self._rules = cell.rules
+        self._todo = todo_comments
+        self._statement_starts: List[int] = []
+        self._claimed: set = set()
+        self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        if node in self._cell._skip:
+            return False
+        if isinstance(node, STATEMENTS):
+            self._statement_starts.append(len(self._cell._findings))
+        # Children are visited unless every rule declines them (a rule declining alone still sees them).
+        wanted = [rule.on_visit(node) for rule in self._rules]
+        return any(wanted) or not wanted
+
+    def on_leave(
+        self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
+    ) -> Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]:
+        if original_node in self._cell._skip:
+            return updated_node
+        result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
+        for rule in self._rules:
+            result = rule.on_leave(original_node, result)  # type: ignore[arg-type]
+            if type(result) is not type(original_node):
+                break
+        if isinstance(original_node, STATEMENTS):
+            result = self._claim(original_node, result)
+        return result
+
+    def on_visit_attribute(self, node: libcst.CSTNode, attribute: str) -> None:
+        for rule in self._rules:
+            rule.on_visit_attribute(node, attribute)
+
+    def on_leave_attribute(self, original_node: libcst.CSTNode, attribute: str) -> None:
+        for rule in self._rules:
+            rule.on_leave_attribute(original_node, attribute)
+
+    def _claim(self, original: libcst.CSTNode, result):  # type: ignore[no-untyped-def]
+        """The innermost statement around an item for a person is the one its marker goes above."""
+        start = self._statement_starts.pop()
+        findings = [
+            (index, finding)
+            for index, finding in enumerate(self._cell._findings[start:], start=start)
+            if finding.attention and index not in self._claimed
+        ]
+        if not findings:
+            return result
+        self._claimed.update(index for index, _ in findings)
+        self.marks[original] = [finding for _, finding in findings]
+        if self._todo and isinstance(result, STATEMENTS):
+            module = self._cell.module
+            header = module.header if module.body and original is module.body[0] else ()
+            result = add_markers(result, self.marks[original], header, self._cell.newline)
+        return result

@@ -1,0 +1,54 @@
+"""Which calls the keyword and type rules work on, shared by AM102, AM103 and AM108.
+
+A target is ``distributed(...)`` or ``ray_launch(...)`` of ``serverless_gpu`` or ``databricks.air`` (as a decorator
+or a plain call, resolved by scope through any import form or alias, never by spelling), or any
+``<function>.with_overrides(...)``. ``torch.distributed`` and a local function called ``distributed`` are not targets.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+import libcst
+from libcst.metadata import QualifiedNameProvider
+
+OLD_MODULE = "serverless_gpu"
+NEW_MODULE = "databricks.air"
+LAUNCHERS = frozenset(
+    f"{module}.{name}" for module in (OLD_MODULE, NEW_MODULE) for name in ("distributed", "ray_launch")
+)
+TYPE_KEYWORDS = ("accelerator_type", "gpu_type")
+"""The keywords that carry a GPU or accelerator type, new name first."""
+COUNT_KEYWORDS = ("num_accelerators", "gpus")
+"""The keywords that carry the count, new name first."""
+
+MetadataGetter = Callable[..., Any]
+"""``Rule.get_metadata``: ``(provider, node, default)``."""
+
+
+def is_launch_call(get_metadata: MetadataGetter, call: libcst.Call) -> bool:
+    """True for ``distributed(...)``, ``ray_launch(...)`` (either package) and ``x.with_overrides(...)``."""
+    if isinstance(call.func, libcst.Attribute) and call.func.attr.value == "with_overrides":
+        return True
+    names = get_metadata(QualifiedNameProvider, call.func, set())
+    return any(name.name in LAUNCHERS for name in names)
+
+
+def keyword_args(call: libcst.Call) -> Dict[str, libcst.Arg]:
+    """The call's keyword arguments by name."""
+    return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+
+
+def type_arg(call: libcst.Call) -> Optional[libcst.Arg]:
+    """The argument that gives the type (``accelerator_type=`` or the old ``gpu_type=``), if any."""
+    keywords = keyword_args(call)
+    return next((keywords[name] for name in TYPE_KEYWORDS if name in keywords), None)
+
+
+def literal_count(call: libcst.Call) -> Optional[int]:
+    """The count (``num_accelerators=`` or ``gpus=``) when it is an integer literal, else ``None``."""
+    keywords = keyword_args(call)
+    arg = next((keywords[name] for name in COUNT_KEYWORDS if name in keywords), None)
+    if arg is not None and isinstance(arg.value, libcst.Integer):
+        return int(arg.value.evaluated_value)
+    return None

@@ -1,0 +1,279 @@
+"""AM108: GPUType.X to AcceleratorType.Y with its import adjusted, in scripts and across notebook cells."""
+
+from __future__ import annotations
+
+import json
+from typing import List, Optional, Tuple
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from air_migrate.engine import FileResult, migrate_file
+from air_migrate.rules import REGISTRY
+
+RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
+
+
+def migrate(source: str, path: str = "job.py", **options: object) -> FileResult:
+    return migrate_file(path, source.encode(), RULES, **options)  # type: ignore[arg-type]
+
+
+def output(result: FileResult) -> str:
+    return (result.migrated if result.migrated is not None else result.original).decode()
+
+
+def am108(result: FileResult) -> List[Tuple[Optional[int], int, int, str, str]]:
+    return [(r.cell, r.line, r.column, r.severity, r.message) for r in result.records if r.code == "AM108"]
+
+
+def assert_second_run_is_a_no_op(text: str, path: str = "job.py") -> None:
+    again = migrate(text, path)
+    assert again.migrated is None
+    assert [r for r in again.records if r.severity in ("change", "review")] == []
+
+
+GOLDEN = [
+    pytest.param(
+        "from serverless_gpu import distributed\n"
+        "from serverless_gpu.compute import GPUType\n"
+        "@distributed(gpus=8, gpu_type=GPUType.H100)\n"
+        "def f(): ...\n",
+        "from databricks.air import distributed\n"
+        "from databricks.air.compute import AcceleratorType\n"
+        "@distributed(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)\n"
+        "def f(): ...\n",
+        id="imported-name-replaced",
+    ),
+    pytest.param(
+        "from serverless_gpu import distributed\n"
+        "from serverless_gpu.compute import GPUType as GT\n"
+        "@distributed(gpus=1, gpu_type=GT.H100)\n"
+        "def f(): ...\n"
+        "print(GT.values())\n",
+        "from databricks.air import distributed\n"
+        "from databricks.air.compute import GPUType as GT, AcceleratorType\n"
+        "@distributed(num_accelerators=1, accelerator_type=AcceleratorType.GPU_1xH100)\n"
+        "def f(): ...\n"
+        "print(GT.values())\n",
+        id="alias-still-used-so-kept",
+    ),
+    pytest.param(
+        "from serverless_gpu import distributed\n"
+        "from serverless_gpu.compute import (\n"
+        "    GPUType,  # the model\n"
+        "    get_gpus_per_node,\n"
+        ")\n"
+        "@distributed(gpus=2, gpu_type=GPUType.A10)\n"
+        "def f(): ...\n"
+        "n = get_gpus_per_node(GPUType.A10)\n",
+        "from databricks.air import distributed\n"
+        "from databricks.air.compute import (\n"
+        "    GPUType, AcceleratorType,  # the model\n"
+        "    get_gpus_per_node,\n"
+        ")\n"
+        "@distributed(num_accelerators=2, accelerator_type=AcceleratorType.GPU_1xA10)\n"
+        "def f(): ...\n"
+        "n = get_gpus_per_node(GPUType.A10)\n",
+        id="parenthesised-import-keeps-its-lines",
+    ),
+    pytest.param(
+        "from databricks.air import distributed\n"
+        "from databricks.air.compute import GPUType, AcceleratorType\n"
+        "@distributed(num_accelerators=16, accelerator_type=GPUType.B300)\n"
+        "def f(): ...\n",
+        "from databricks.air import distributed\n"
+        "from databricks.air.compute import AcceleratorType\n"
+        "@distributed(num_accelerators=16, accelerator_type=AcceleratorType.GPU_8xB300)\n"
+        "def f(): ...\n",
+        id="already-imported-new-class",
+    ),
+    pytest.param(
+        "import serverless_gpu as sg\n"
+        "@sg.distributed(gpus=8, gpu_type=sg.compute.GPUType.H100)\n"
+        "def f(): ...\n",
+        "import databricks.air as sg\n"
+        "@sg.distributed(num_accelerators=8, accelerator_type=sg.compute.AcceleratorType.GPU_8xH100)\n"
+        "def f(): ...\n",
+        id="module-attribute-alias",
+    ),
+    pytest.param(
+        "import serverless_gpu.compute\n"
+        "from serverless_gpu import distributed\n"
+        "distributed(gpus=1, gpu_type=serverless_gpu.compute.GPUType.A10)(f)\n",
+        "import databricks.air.compute\n"
+        "from databricks.air import distributed\n"
+        "distributed(num_accelerators=1, accelerator_type=databricks.air.compute.AcceleratorType.GPU_1xA10)(f)\n",
+        id="module-attribute-unaliased",
+    ),
+    pytest.param(
+        "from serverless_gpu import compute, distributed\n"
+        "train.with_overrides(gpu_type=compute.GPUType.H100, gpus=8)\n",
+        "from databricks.air import compute, distributed\n"
+        "train.with_overrides(accelerator_type=compute.AcceleratorType.GPU_8xH100, num_accelerators=8)\n",
+        id="with-overrides-submodule",
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after", GOLDEN)
+def test_gpu_type_members_become_accelerator_types_with_their_imports(before: str, after: str) -> None:
+    result = migrate(before)
+    assert output(result) == after
+    manual = [(r.line, r.message.split(" is ")[0]) for r in result.records if r.attention]
+    assert manual == ([(8, "GPUType.A10")] if "get_gpus_per_node(" in before else [])  # a use outside a call
+    assert_second_run_is_a_no_op(after)
+
+
+def test_the_report_names_each_change_at_its_input_position() -> None:
+    result = migrate(GOLDEN[1].values[0])
+    assert am108(result) == [
+        (None, 2, 1, "change", "AcceleratorType imported next to GPUType, which is still used"),
+        (None, 3, 31, "change", "GT.H100 -> AcceleratorType.GPU_1xH100"),
+    ]
+    use = next(r for r in result.records if r.code == "AM108" and r.line == 3)
+    assert (use.end_line, use.end_column, use.before, use.after) == (3, 38, "GT.H100", "AcceleratorType.GPU_1xH100")
+
+
+def test_taking_gpu_type_out_of_a_plain_module_is_flagged_for_review() -> None:
+    result = migrate(GOLDEN[0].values[0])
+    assert am108(result)[0] == (
+        None, 2, 1, "review",
+        "GPUType -> AcceleratorType in the import: no use of GPUType is left (check that no other module imports it "
+        "from here)",
+    )
+
+
+@pytest.mark.parametrize(
+    "call, code, message",
+    [
+        ("distributed(num_accelerators=n, accelerator_type=GPUType.H100)", "AM104",
+         "GPUType.H100 maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a literal here: write "
+         "the accelerator type"),
+        ("distributed(gpus=4, gpu_type=GPUType.H100)", "AM105",
+         "GPUType.H100 with 4 GPUs has no accelerator type: write one by hand"),
+        ("distributed(gpus=8, gpu_type=GPUType.h100)", "AM106",
+         "GPU type GPUType.h100 is not mapped automatically: use one of ['GPU_1xA10', 'GPU_1xH100', 'GPU_8xH100', "
+         "'GPU_8xB300']"),
+    ],
+)
+def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, code: str, message: str) -> None:
+    source = f"from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n{call}(f)\n"
+    result = migrate(source)
+    assert result.migrated is None  # blocked: left as it is
+    found = [(r.line, r.column, r.code, r.severity, r.message) for r in result.records if r.code.startswith("AM10")
+             and r.code not in ("AM101", "AM102")]
+    assert found == [(3, call.index("GPUType") + 1, code, "blocking", message)]
+    partial = output(migrate(source, partial=True))
+    assert "import GPUType\n" in partial and "AcceleratorType" not in partial  # the use stays, so does its import
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "from serverless_gpu.compute import GPUType\nDEFAULT = GPUType.H100\n",
+            "GPUType.H100 is used outside a distributed call and is left as it is (GPUType is deprecated: use "
+            "AcceleratorType where a shape is meant)",
+        ),
+        (
+            "try:\n    from serverless_gpu.compute import GPUType\nexcept ImportError:\n    GPUType = None\n"
+            "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
+            "GPUType is bound more than once here, so it is left as it is: use AcceleratorType",
+        ),
+        (
+            "if GPU:\n    from serverless_gpu.compute import GPUType\n"
+            "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
+            "GPUType comes from a guarded import, so it is left as it is: use AcceleratorType",
+        ),
+        (
+            "from serverless_gpu.compute import GPUType\nfrom mylib import AcceleratorType\n"
+            "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
+            "AcceleratorType already names something else here, so GPUType is left as it is",
+        ),
+    ],
+    ids=["outside-a-call", "bound-twice", "guarded-import", "name-taken"],
+)
+def test_uses_that_cannot_be_rewritten_are_left_and_reported_without_blocking(source: str, message: str) -> None:
+    result = migrate(source)
+    assert [(severity, text) for *_, severity, text in am108(result)] == [("manual", message)]
+    assert "AcceleratorType." not in output(result)
+    assert not result.blocked
+
+
+def test_names_that_only_look_alike_are_not_touched() -> None:
+    source = (
+        "from serverless_gpu import distributed\n"
+        "class GPUType:\n    H100 = 'mine'\n"
+        "distributed(num_accelerators=8, accelerator_type=GPUType.H100)(f)\n"
+        "other.GPUType.H100\n"
+    )
+    result = migrate(source)
+    assert am108(result) == []
+    assert "GPUType.H100)(f)" in output(result)
+
+
+DATABRICKS = (
+    "# Databricks notebook source\n"
+    "# MAGIC %pip install serverless_gpu\n"
+    "\n"
+    "# COMMAND ----------\n"
+    "\n"
+    "dbutils.library.restartPython()\n"
+    "\n"
+    "# COMMAND ----------\n"
+    "\n"
+    "from serverless_gpu import distributed\n"
+    "from serverless_gpu.compute import GPUType\n"
+    "\n"
+    "# COMMAND ----------\n"
+    "\n"
+    "@distributed(gpus=8, gpu_type=GPUType.H100)\n"
+    "def train(): ...\n"
+)
+
+
+def test_in_a_notebook_the_import_changes_in_its_own_cell_never_above_the_restart() -> None:
+    result = migrate(DATABRICKS, "nb.py")
+    assert output(result) == DATABRICKS.replace(
+        "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n",
+        "from databricks.air import distributed\nfrom databricks.air.compute import AcceleratorType\n",
+    ).replace("(gpus=8, gpu_type=GPUType.H100)", "(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)")
+    assert am108(result) == [
+        (3, 11, 1, "change", "GPUType -> AcceleratorType in the import: no use of GPUType is left"),
+        (4, 15, 31, "change", "GPUType.H100 -> AcceleratorType.GPU_8xH100"),
+    ]
+    assert_second_run_is_a_no_op(output(result), "nb.py")
+
+
+def test_a_use_in_any_later_cell_keeps_the_old_name_imported() -> None:
+    source = DATABRICKS + "\n# COMMAND ----------\n\nprint(GPUType.A10)\n"
+    text = output(migrate(source, "nb.py"))
+    assert "from databricks.air.compute import GPUType, AcceleratorType\n" in text
+    assert "accelerator_type=AcceleratorType.GPU_8xH100" in text and text.endswith("print(GPUType.A10)\n")
+
+
+def test_a_mention_in_a_cell_no_rule_can_parse_counts_as_a_use() -> None:
+    source = DATABRICKS + "\n# COMMAND ----------\n\n%cd /tmp\nprint(GPUType.A10)\n"
+    result = migrate(source, "nb.py")
+    assert "from databricks.air.compute import GPUType, AcceleratorType\n" in output(result)
+    assert [r.code for r in result.records if r.cell == 5] == ["AM902"]
+
+
+def test_an_alias_used_alone_in_a_later_cell_is_still_found() -> None:
+    nb = new_notebook(
+        cells=[
+            new_code_cell("from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType as T"),
+            new_markdown_cell("Train with `T.H100`"),
+            new_code_cell("@distributed(gpus=8, gpu_type=T.H100)\ndef train(): ..."),
+            new_code_cell("%time x = T.A10"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+    )
+    result = migrate(nbformat.writes(nb) + "\n", "nb.ipynb")
+    cells = ["".join(cell["source"]) for cell in json.loads(output(result))["cells"]]
+    assert cells[0] == "from databricks.air import distributed\nfrom databricks.air.compute import GPUType as T, " \
+                       "AcceleratorType"
+    assert cells[2] == "@distributed(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)\ndef train(): ..."
+    assert cells[3] == "%time x = T.A10"  # inside a magic: still a use, so T stays imported
+    assert am108(result)[-1] == (3, 1, 31, "change", "T.H100 -> AcceleratorType.GPU_8xH100")
