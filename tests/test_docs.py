@@ -1,0 +1,259 @@
+"""The documentation: the site builds strictly, and every code block in it is either run here or says why not.
+
+* ``test_site_builds_strictly``: ``mkdocs build --strict`` (broken links and anchors, pages missing from the nav,
+  API docstrings that do not parse are all errors).
+* ``test_blocks_follow_the_convention[page]``: every fenced block of every page under ``docs/`` and of
+  ``README.md`` is ```` ```python ````/```` ```bash ```` (run), ```` ```text ```` (output), or marked
+  ``<!-- not-run: reason -->``.
+* ``test_page_examples_run[page]``: a page's python and bash blocks run, in page order, in one fresh process with
+  its working directory a new temporary folder, CPU ranks and no MLflow tracking (a page may turn it on).
+
+The convention itself is in ``tests/docs_blocks.py``; the per-page runner in ``tests/docs_runner.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from docs_blocks import Page, parse_page, read_page
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RUNNER = Path(__file__).resolve().parent / "docs_runner.py"
+PAGE_TIMEOUT = 180
+_OUTPUT_SHOWN = 12000
+
+
+def _pages() -> List[Path]:
+    pages = sorted(path for path in DOCS.rglob("*.md") if "_hooks" not in path.relative_to(DOCS).parts)
+    return pages + [ROOT / "README.md"]
+
+
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+PAGES = _pages()
+RUNNABLE = [path for path in PAGES if read_page(path).executed_blocks]
+
+
+def _clean_environment(tmp_path: Path) -> Dict[str, str]:
+    """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run."""
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_")) and name not in ("MASTER_ADDR", "MASTER_PORT")
+    }
+    environ.update(
+        {
+            "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
+            "DATABRICKS_AIR_MLFLOW": "0",
+            # Keeps call logs inside the page's folder rather than the shared temp directory.
+            "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "databricks-air-logs"),
+            "PYTHONUNBUFFERED": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
+    return environ
+
+
+def test_site_builds_strictly(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    for page in ("index.html", "api/index.html", "troubleshooting/index.html"):
+        assert (tmp_path / "site" / page).is_file(), page
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_blocks_follow_the_convention(page: Path) -> None:
+    problems = read_page(page).problems
+    assert not problems, f"{_page_id(page)}:\n" + "\n".join(f"  {problem}" for problem in problems)
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
+def test_page_examples_run(page: Path, tmp_path: Path) -> None:
+    parsed = read_page(page)
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = {
+        "page": _page_id(page),
+        "blocks": [
+            {"number": b.number, "line": b.line, "language": b.language, "code": b.code}
+            for b in parsed.executed_blocks
+        ],
+    }
+    blocks_file = tmp_path / "blocks.json"
+    blocks_file.write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(blocks_file)],
+        cwd=work,
+        env=_clean_environment(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=PAGE_TIMEOUT,
+    )
+    output = done.stdout
+    if len(output) > _OUTPUT_SHOWN:
+        output = "[... earlier output cut ...]\n" + output[-_OUTPUT_SHOWN:]
+    failed = [line for line in done.stdout.splitlines() if " FAILED: " in line]
+    assert done.returncode == 0, f"{failed[0] if failed else _page_id(page)}\n\n{output}"
+
+
+# --- the checker itself ----------------------------------------------------------------------------------------
+
+
+def _problems(text: str) -> List[str]:
+    return parse_page(text).problems
+
+
+def test_python_bash_and_text_blocks_are_accepted() -> None:
+    page = parse_page("# T\n\n```python\nx = 1\n```\n\n```bash\necho hi\n```\n\n```text\nhi\n```\n")
+    assert page.problems == []
+    assert [(b.language, b.executed) for b in page.blocks] == [("python", True), ("bash", True), ("text", False)]
+    assert page.blocks[0].code == "x = 1\n" and page.blocks[0].line == 3
+
+
+def test_unmarked_block_of_another_language_is_reported() -> None:
+    (problem,) = _problems("```sh\npip install x\n```\n")
+    assert "block 1 (line 1, ```sh) is neither executed nor marked" in problem
+
+
+def test_block_without_language_is_reported() -> None:
+    (problem,) = _problems("text\n\n```\nsomething\n```\n")
+    assert "<no language>" in problem
+
+
+def test_marker_skips_a_block_and_keeps_its_reason() -> None:
+    page = parse_page("<!-- not-run: needs NVIDIA GPUs -->\n```python\nimport torch\ntorch.cuda.init()\n```\n")
+    assert page.problems == []
+    assert page.blocks[0].not_run_reason == "needs NVIDIA GPUs" and not page.blocks[0].executed
+    assert page.executed_blocks == []
+
+
+def test_marker_may_be_separated_by_blank_lines_only() -> None:
+    assert _problems("<!-- not-run: installs packages -->\n\n```sh\npip install x\n```\n") == []
+    problems = _problems("<!-- not-run: installs packages -->\nSome prose.\n\n```sh\npip install x\n```\n")
+    assert any("not followed by a fenced block" in p for p in problems)
+    assert any("neither executed nor marked" in p for p in problems)
+
+
+@pytest.mark.parametrize("marker", ["<!-- not-run -->", "<!-- not-run: -->", "<!-- not-run:    -->"])
+def test_marker_without_reason_is_reported(marker: str) -> None:
+    (problem,) = _problems(f"{marker}\n```python\nx = 1\n```\n")
+    assert "needs a reason" in problem
+
+
+def test_marker_at_the_end_of_a_page_is_reported() -> None:
+    (problem,) = _problems("```text\nout\n```\n\n<!-- not-run: nothing follows -->\n")
+    assert "line 5 is not followed by a fenced block" in problem
+
+
+def test_unclosed_block_is_reported() -> None:
+    (problem,) = _problems("```python\nx = 1\n")
+    assert "never closed" in problem
+
+
+def test_indented_and_nested_fences() -> None:
+    text = (
+        "!!! note\n\n    ```python\n    x = 1\n    if x:\n        y = 2\n    ```\n\n"
+        "````text\n```python\nnot a block of its own\n```\n````\n"
+    )
+    page = parse_page(text)
+    assert page.problems == []
+    assert [b.language for b in page.blocks] == ["python", "text"]
+    assert page.blocks[0].code == "x = 1\nif x:\n    y = 2\n"
+    assert "not a block of its own" in page.blocks[1].code
+
+
+def test_info_string_attributes_do_not_change_the_language() -> None:
+    page = parse_page('```python title="train.py" hl_lines="2"\nx = 1\n```\n')
+    assert page.blocks[0].language == "python" and page.problems == []
+
+
+def test_runner_reports_the_failing_block_and_stops(tmp_path: Path) -> None:
+    spec = {
+        "page": "docs/x.md",
+        "blocks": [
+            {"number": 1, "line": 3, "language": "python", "code": "value = 41\n"},
+            {"number": 2, "line": 7, "language": "bash", "code": "echo from-bash > made.txt\n"},
+            {"number": 3, "line": 11, "language": "python", "code": "assert value == 41\nraise ValueError('boom')\n"},
+            {"number": 4, "line": 15, "language": "python", "code": "print('never')\n"},
+        ],
+    }
+    (tmp_path / "blocks.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), "blocks.json"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "FAILED: docs/x.md, block 3 (line 11, python)" in done.stdout
+    assert "ValueError: boom" in done.stderr and 'File "docs/x.md:block-3", line 2' in done.stderr
+    assert "raise ValueError('boom')" in done.stderr  # the block's source line is shown
+    assert (tmp_path / "made.txt").read_text() == "from-bash\n"
+    assert "never" not in done.stdout
+
+
+def test_runner_fails_on_a_failing_bash_command(tmp_path: Path) -> None:
+    spec = {"page": "p.md", "blocks": [{"number": 1, "line": 1, "language": "bash", "code": "false\necho after\n"}]}
+    (tmp_path / "blocks.json").write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), "blocks.json"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and "after" not in done.stdout
+    assert "FAILED: p.md, block 1 (line 1, bash): bash exited with status 1" in done.stdout
+
+
+# --- the API pages' docstring rewriting ---------------------------------------------------------------------------
+
+
+def _sphinx_roles():
+    spec = importlib.util.spec_from_file_location("sphinx_roles", DOCS / "_hooks" / "sphinx_roles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_roles_become_optional_cross_references() -> None:
+    roles = _sphinx_roles()
+    known = {"DistributedExecutionError": "databricks.air.exceptions.DistributedExecutionError"}
+    text = roles.rewrite_roles(
+        "Raises :class:`DistributedExecutionError`, see :func:`~databricks.air.launcher.distributed` "
+        "and :class:`RuntimeError`.",
+        known.get,
+    )
+    assert (
+        '<autoref identifier="databricks.air.exceptions.DistributedExecutionError" optional>'
+        "<code>DistributedExecutionError</code></autoref>" in text
+    )
+    assert '<autoref identifier="databricks.air.launcher.distributed" optional><code>distributed</code>' in text
+    assert '<autoref identifier="RuntimeError" optional><code>RuntimeError</code></autoref>' in text
+    assert ":class:" not in text and ":func:" not in text
+
+
+def test_literal_blocks_become_fenced_python() -> None:
+    roles = _sphinx_roles()
+    text = "Summary.\n\nExample::\n\n    x = 1\n        y = 2\n\nAfter.\n\nRun this::\n\n    go()\n"
+    assert roles.rewrite_literal_blocks(text) == (
+        "Summary.\n\n**Example:**\n\n```python\nx = 1\n    y = 2\n```\n\nAfter.\n\nRun this:\n\n```python\ngo()\n```"
+    )
+
+
+def test_docstring_sections_inside_classes_keep_their_indentation() -> None:
+    roles = _sphinx_roles()
+    text = "Head.\n\n    Call it like this::\n\n        f()\n"
+    assert roles.rewrite_literal_blocks(text) == "Head.\n\n    Call it like this:\n\n    ```python\n    f()\n    ```"
