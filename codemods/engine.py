@@ -130,9 +130,10 @@ def _parse_cells(
             module = libcst.parse_module(prefix + cell.text)
         except libcst.ParserSyntaxError as error:
             opaque.append(cell.raw)
-            skip = prefix.count("\n")
-            _record(result, source, cell, "AM902", f"cell skipped: it is not valid Python here ({error.message})",
-                    max(error.raw_line - skip, 1), error.raw_column + 1, attention=True)
+            line, column = _error_position(error)
+            _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line "
+                    "such as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand",
+                    max(line - prefix.count("\n"), 1), column, attention=True)
             continue
         cell_context = CellContext(cell.number, prefix.count("\n"), statements, scratch)  # type: ignore[arg-type]
         parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
@@ -248,6 +249,14 @@ def _record(
             end_line + offset if end_line is not None else None, end_column, before, after,
         )
     )
+
+
+def _error_position(error: libcst.ParserSyntaxError) -> "tuple[int, int]":
+    """The 1-based line and column of a parse error (the native parser's own ``raw_line`` runs one line late)."""
+    found = re.search(r"error at (\d+):(\d+)", error.message)
+    if found:
+        return int(found.group(1)), int(found.group(2))
+    return error.raw_line, error.raw_column + 1
 
 
 def _newline(text: str) -> str:

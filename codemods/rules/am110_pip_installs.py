@@ -29,10 +29,12 @@ _INSTALL = re.compile(
     re.IGNORECASE,
 )
 _MENTION = re.compile(r"(?<![\w-])serverless[-_.]gpu(?![\w-])", re.IGNORECASE)
+_COMMENT = re.compile(r"(?:^|(?<=\s))#")
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|[^\s"'])+""")
 _REQUIREMENT = re.compile(
     r"""(?P<quote>["']?)(?P<name>serverless[-_.]gpu)(?P<extras>\[[^\]]*\])?"""
-    r"""(?P<spec>\s*(?:===|==|!=|~=|>=|<=|>|<)[^"'\s]*(?:\s*,\s*(?:===|==|!=|~=|>=|<=|>|<)[^"'\s,]*)*)?\s*(?P=quote)""",
+    r"""(?P<spec>\s*(?:===|==|!=|~=|>=|<=|>|<)\s*[^"'\s,]*(?:\s*,\s*(?:===|==|!=|~=|>=|<=|>|<)\s*[^"'\s,]*)*)?"""
+    r"""\s*(?P=quote)""",
     re.IGNORECASE,
 )
 _VALID_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]*\])?([<>=!~]=?=?[A-Za-z0-9.*+!_-]+)?")
@@ -66,10 +68,13 @@ class PipInstallsRule(LineRule):
 
     def check(self, line: str) -> Optional[LineFinding]:
         install = _INSTALL.match(line)
-        if install is None or not _MENTION.search(install.group("args")):
+        if install is None:
             return None
         start = install.start("args")
-        tokens = [t for t in _TOKEN.finditer(install.group("args")) if _REQUIREMENT.fullmatch(t.group())]
+        args = _COMMENT.split(install.group("args"), maxsplit=1)[0]  # what follows a shell comment is not installed
+        if not _MENTION.search(args):
+            return None
+        tokens = [t for t in _TOKEN.finditer(args) if _REQUIREMENT.fullmatch(t.group())]
         if not tokens:
             mention = _MENTION.search(line, start)
             assert mention is not None
@@ -91,11 +96,12 @@ class PipInstallsRule(LineRule):
     def _rewrite(self, line: str, start: int, tokens: List["re.Match[str]"], first: int, last: int) -> LineFinding:
         package = self.package
         args = line[start:]
+        installed = _COMMENT.split(args, maxsplit=1)[0]
         present = any(
             _normalized(re.split(r"[\[<>=!~;\s]", t.group().strip("\"'"), maxsplit=1)[0]) == _normalized(
                 re.split(r"[\[<>=!~]", package, maxsplit=1)[0]
             )
-            for t in _TOKEN.finditer(args)
+            for t in _TOKEN.finditer(installed)
         )
         notes: List[str] = []
         pieces: List[str] = []

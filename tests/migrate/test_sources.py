@@ -182,3 +182,23 @@ def test_placeholders_never_collide_with_the_cells_own_text() -> None:
 def test_what_cannot_be_read_exactly_is_an_error_not_a_rewrite(path: str, data: bytes, message: str) -> None:
     with pytest.raises(SourceError, match=message):
         read_source(path, data)
+
+
+@pytest.mark.parametrize(
+    "line, magic",
+    [("%pip install serverless_gpu torch", "%pip install serverless_gpu torch"),
+     ("files = !ls -la /some/long/directory", "!ls -la /some/long/directory"),
+     ("%%time  # measured over the whole cell", "%%time  # measured over the whole cell")],
+)
+def test_a_long_enough_magic_is_masked_by_a_placeholder_of_its_own_length(line: str, magic: str) -> None:
+    masked = mask_cell(1, line + "\nx = 1\n")
+    (placeholder,) = masked.masks
+    assert masked.masks[placeholder] == magic and len(placeholder) == len(magic)
+    assert masked.text.splitlines()[0] == line.replace(magic, placeholder)
+
+
+def test_cells_say_whether_they_hold_code() -> None:
+    databricks = read_source("nb.py", DATABRICKS.encode())
+    assert [cell.code for cell in databricks.cells] == [True, True, False, True]  # %md is documentation
+    notebook = read_source("nb.ipynb", (nbformat.writes(_notebook()) + "\n").encode())
+    assert [cell.code for cell in notebook.cells] == [False, True, True]
