@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``air-migrate`` argument parser."""
     parser = argparse.ArgumentParser(
         prog="air-migrate", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help='files and directories (directories are searched for *.py and *.ipynb); "-" for stdin')
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
                         help="files processed in N processes (default 1; 0: one per CPU); the output is the same")
     parser.add_argument("--report", metavar="FILE", help="also write the report (records, errors, summary) to FILE")
-    parser.add_argument("--report-format", choices=report.FORMATS, default=report.TEXT,
+    parser.add_argument("--report-format", choices=report.FORMATS,
                         help="format of --report FILE (default text; json is described below)")
     parser.add_argument("--color", choices=colors.CHOICES, default="auto",
                         help="colour diffs and report lines: auto (default: when the output is a terminal and "
@@ -99,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit 1 in write mode when files were changed or an item needs a person")
     parser.add_argument("--list-rules", action="store_true", help="list every report code and what it means")
     return parser
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--diff[=json]`` as it must be written: the value only after ``=``."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if action.dest == "diff":
+            return "--diff[=json]"
+        return super()._format_action_invocation(action)
 
 
 def parse_arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -129,6 +138,8 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
     if args.pip_package is not None and not _REQUIREMENT.match(args.pip_package):
         return (f"--pip-package {args.pip_package!r} is not one package requirement "
                 "(e.g. databricks-air-oss or databricks-air-oss==0.3)")
+    if args.report_format is not None and args.report is None:
+        return "--report-format only applies with --report FILE"
     if args.report is not None:
         directory = os.path.dirname(os.path.abspath(args.report))
         if not os.path.isdir(directory):

@@ -97,7 +97,7 @@ def _run(
     bar: progress.Progress,
 ) -> int:
     """Deliver every result in order, then the summary, the report file and the exit code."""
-    tally = report.Tally(mode.name)
+    tally = report.Tally(mode.name, partial=args.partial)
     report_palette = Palette(colors.wanted(args.color, report_stream))
     error_palette = Palette(colors.wanted(args.color, sys.stderr))
     for result in results:

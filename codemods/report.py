@@ -33,6 +33,8 @@ class Tally:
     """What a run found, gathered file by file (records and errors are kept; file contents are not)."""
 
     mode: str
+    partial: bool = False
+    """``--partial``: files with blocking items are converted as far as they can be."""
     scanned: int = 0
     relevant: int = 0
     changed: int = 0
@@ -49,11 +51,12 @@ class Tally:
         if result.error is not None:
             self.errors.append((result.path, result.error))
             return
+        blocked = result.blocked and not self.partial
+        self.blocked += blocked
         self.changed += result.changed
-        if result.changed:  # the changes of a file left as it was (blocked) are not made
+        if result.changed and not blocked:  # a blocked file's changes are not made (it may only get TODOs)
             self.changes += sum(1 for record in result.records if not record.attention)
         self.needs_person += sum(1 for record in result.records if record.attention)
-        self.blocked += result.blocked and not result.changed
 
     @property
     def failed(self) -> int:
@@ -72,14 +75,14 @@ def error_line(path: str, message: str, palette: Palette = Palette(False)) -> st
 
 
 def summary_line(tally: Tally, verb: str) -> str:
-    """The closing line; it says so plainly when nothing relevant was found, or files were left as they were."""
+    """The closing line; it says so plainly when nothing relevant was found, or files were not converted."""
     line = (
         f"air-migrate: {tally.scanned} file(s) scanned, {tally.relevant} mention serverless_gpu or its keywords, "
         f"{tally.changed} {verb} ({tally.changes} change(s)), {tally.needs_person} item(s) need a person, "
         f"{tally.failed} failed"
     )
     if tally.blocked:
-        line += f"; {tally.blocked} file(s) left unchanged because of blocking items (see --partial)"
+        line += f"; {tally.blocked} file(s) not converted because of blocking items (see --partial)"
     if tally.relevant == 0 and tally.failed == 0:
         line += "; nothing to migrate was found"
     return line

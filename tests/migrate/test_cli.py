@@ -49,7 +49,7 @@ def test_write_mode_migrates_every_format_and_leaves_the_rest_alone(
     after = (tree / "plain.py").stat()  # unchanged files are not rewritten
     assert (after.st_mtime_ns, after.st_ino) == (plain.st_mtime_ns, plain.st_ino)
     out, err = capsys.readouterr()
-    assert f"{tree}/train.py:3:51: AM103 change 'H100' -> 'GPU_8xH100'" in out.splitlines()
+    assert f"{tree}/train.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'" in out.splitlines()
     assert "4 file(s) scanned, 3 mention serverless_gpu or its keywords, 3 changed (12 change(s))" in err
     # A second run changes nothing and reports no change.
     assert main([str(tree)]) == 0
@@ -220,9 +220,39 @@ def test_pip_installs_of_serverless_gpu_are_reported_and_left(
     before = (tmp_path / "a.ipynb").read_text()
     assert main(["--check", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert any(line.startswith(f"{tmp_path}/a.ipynb:cell 1:1:1: AM110 manual ") for line in out)
-    assert any(line.startswith(f"{tmp_path}/b.py:cell 1:2:1: AM110 manual ") for line in out)
+    assert any(line.startswith(f"{tmp_path}/a.ipynb:cell 1:1:17: AM110 manual ") for line in out)
+    assert any(line.startswith(f"{tmp_path}/b.py:cell 1:2:22: AM110 manual ") for line in out)
     assert main([str(tmp_path)]) == 0  # reported, not blocking: b.py's code is migrated, the pip lines stay
     assert (tmp_path / "a.ipynb").read_text() == before
     assert "# MAGIC %pip install serverless_gpu\n" in (tmp_path / "b.py").read_text()
     assert "from databricks.air import distributed" in (tmp_path / "b.py").read_text()
+
+
+def test_fix_pip_and_pip_package_rewrite_install_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = DATABRICKS.replace("%pip install torch", "%pip install serverless_gpu torch")
+    path = tmp_path / "nb.py"
+    path.write_text(source)
+    assert main(["--fix-pip", str(path)]) == 0
+    assert "# MAGIC %pip install databricks-sdk-air torch\n" in path.read_text()
+    path.write_text(source)
+    assert main(["--fix-pip", "--pip-package", "databricks-air-oss==0.3", str(path)]) == 0
+    assert "# MAGIC %pip install databricks-air-oss==0.3 torch\n" in path.read_text()
+    out = capsys.readouterr().out
+    assert f"{path}:cell 1:2:22: AM110 " in out and " manual " not in out
+
+
+def test_todo_comments_mark_a_blocked_file_and_the_summary_says_it_was_not_converted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.py"
+    path.write_text(BLOCKED)
+    assert main(["--todo-comments", str(path)]) == 0
+    assert "# TODO(air-migrate AM105): " in path.read_text()
+    assert "from serverless_gpu import distributed" in path.read_text()  # the conversion itself is not made
+    assert capsys.readouterr().err.endswith(
+        "1 changed (0 change(s)), 1 item(s) need a person, 0 failed; "
+        "1 file(s) not converted because of blocking items (see --partial)\n"
+    )
+    path.write_text(BLOCKED)
+    assert main(["--partial", str(path)]) == 0
+    assert capsys.readouterr().err.endswith("1 changed (3 change(s)), 1 item(s) need a person, 0 failed\n")

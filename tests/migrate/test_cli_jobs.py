@@ -82,3 +82,26 @@ def test_more_processes_than_files_and_a_single_file(
     assert main(["-j", "8", str(tmp_path / "one.py")]) == 0
     assert (tmp_path / "one.py").read_text() == SCRIPT_AFTER
     assert "1 file(s) scanned" in capsys.readouterr().err
+
+
+def test_jobs_start_a_pool_of_that_many_processes_and_0_means_one_per_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import concurrent.futures
+    import os
+
+    from air_migrate import runner
+
+    started: List[int] = []
+
+    class CountingPool(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, max_workers: int) -> None:
+            started.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(runner.concurrent.futures, "ProcessPoolExecutor", CountingPool)
+    write_tree(tmp_path, {f"f{index}.py": SCRIPT for index in range(6)})
+    for jobs in ("1", "2", "0", "50"):
+        main(["--check", "-j", jobs, str(tmp_path)])
+    assert started == [2, min(os.cpu_count() or 1, 6), 6]  # -j1 runs in this process; never more than files
+    capsys.readouterr()

@@ -55,7 +55,7 @@ def _summary(kind: str, verb: str, data: bytes) -> str:
         f"{int(changed)} {verb} ({changes} change(s)), {person} item(s) need a person, {int(kind == 'failed')} failed"
     )
     if kind == "blocking":
-        text += "; 1 file(s) left unchanged because of blocking items (see --partial)"
+        text += "; 1 file(s) not converted because of blocking items (see --partial)"
     if kind == "clean":
         text += "; nothing to migrate was found"
     return text + "\n"
@@ -133,6 +133,7 @@ def test_every_mode_gives_its_exit_code_and_streams(
         (["--diff=html", "job.py"], "invalid choice: 'html'"),
         (["--color", "sometimes", "job.py"], "invalid choice: 'sometimes'"),
         (["--report-format", "xml", "job.py"], "invalid choice: 'xml'"),
+        (["--report-format", "json", "job.py"], "--report-format only applies with --report FILE"),
         (["--report", "no/such/dir/r.json", "job.py"], "does not exist"),
         (["--select", "AM999", "job.py"], "unknown rule code(s): AM999"),
         (["--ignore", "am1O1", "job.py"], "unknown rule code(s): AM1O1"),
@@ -167,4 +168,4 @@ def test_a_failed_file_does_not_stop_the_others_and_wins_the_exit_code(
     err = capsys.readouterr().err
     assert f"{tmp_path}/a_bad.py: error: not UTF-8" in err
     assert "3 file(s) scanned, 2 mention serverless_gpu or its keywords, 1 changed" in err
-    assert err.rstrip().endswith("1 failed; 1 file(s) left unchanged because of blocking items (see --partial)")
+    assert err.rstrip().endswith("1 failed; 1 file(s) not converted because of blocking items (see --partial)")

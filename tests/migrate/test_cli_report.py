@@ -39,23 +39,23 @@ def test_report_lines_are_exact_and_sorted_by_path_then_position(
         "a_script.py:1:1: AM101 change from serverless_gpu import -> from databricks.air import",
         "a_script.py:3:14: AM102 change gpus= -> num_accelerators=",
         "a_script.py:3:22: AM102 change gpu_type= -> accelerator_type=",
-        "a_script.py:3:51: AM103 change 'H100' -> 'GPU_8xH100'",
+        "a_script.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'",
         "b_blocked.py:1:1: AM101 change from serverless_gpu import -> from databricks.air import",
         "b_blocked.py:3:14: AM102 change gpus= -> num_accelerators=",
         "b_blocked.py:3:22: AM102 change gpu_type= -> accelerator_type=",
-        "b_blocked.py:3:51: AM105 blocking 'H100' with 4 GPUs has no accelerator type: write one by hand",
+        "b_blocked.py:3:31: AM105 blocking 'H100' with 4 GPUs has no accelerator type: write one by hand",
         'c_dynamic.py:2:10: AM101 manual a dynamic import of "serverless_gpu" is left as it is: '
         "import databricks.air instead",
         # Databricks source: the cell, and the line in the file.
         "d_db.py:cell 2:6:1: AM101 change from serverless_gpu import -> from databricks.air import",
         "d_db.py:cell 3:10:14: AM102 change gpus= -> num_accelerators=",
         "d_db.py:cell 3:10:22: AM102 change gpu_type= -> accelerator_type=",
-        "d_db.py:cell 3:10:51: AM103 change 'H100' -> 'GPU_1xH100'",
+        "d_db.py:cell 3:10:31: AM103 change 'H100' -> 'GPU_1xH100'",
         # Jupyter: the cell (counting the markdown one), and the line within the cell.
         "e_nb.ipynb:cell 2:2:1: AM101 change from serverless_gpu import -> from databricks.air import",
         "e_nb.ipynb:cell 4:1:14: AM102 change gpus= -> num_accelerators=",
         "e_nb.ipynb:cell 4:1:22: AM102 change gpu_type= -> accelerator_type=",
-        "e_nb.ipynb:cell 4:1:51: AM103 change 'A10' -> 'GPU_1xA10'",
+        "e_nb.ipynb:cell 4:1:31: AM103 change 'A10' -> 'GPU_1xA10'",
     ]
     assert all(LINE.match(line) for line in lines)
 
@@ -115,7 +115,7 @@ def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
                                    "needs_person": 2, "blocked": 1, "failed": 1}
     assert document["errors"] == [{"file": "g.py", "message": "not UTF-8 (invalid continuation byte at byte 20)"}]
     assert err.endswith("air-migrate: 7 file(s) scanned, 5 mention serverless_gpu or its keywords, 3 would change "
-                        "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) left unchanged because of "
+                        "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "
                         "blocking items (see --partial)\n")
 
 
@@ -132,7 +132,7 @@ def test_the_text_report_file_holds_the_records_errors_and_summary_without_colou
         "a.py:1:1: AM101 change from serverless_gpu import -> from databricks.air import",
         "a.py:3:14: AM102 change gpus= -> num_accelerators=",
         "a.py:3:22: AM102 change gpu_type= -> accelerator_type=",
-        "a.py:3:51: AM103 change 'H100' -> 'GPU_8xH100'",
+        "a.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'",
         "g.py: error: not UTF-8 (invalid continuation byte at byte 20)",
         "air-migrate: 2 file(s) scanned, 1 mention serverless_gpu or its keywords, 1 changed (4 change(s)), "
         "0 item(s) need a person, 1 failed",
