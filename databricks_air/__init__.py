@@ -19,7 +19,7 @@ from typing import Any
 
 from databricks.air.version import __version__
 
-__all__ = ["distributed", "__version__"]
+__all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 
 logging.getLogger("databricks.sdk").setLevel(logging.WARNING)
 
@@ -42,3 +42,17 @@ def distributed(*args: Any, **kwargs: Any) -> Any:
             "pip install databricks-air-oss (it brings cloudpickle and torch)"
         ) from error
     return _distributed(*args, **kwargs)
+
+
+def ray_launch(*args: Any, **kwargs: Any) -> Any:
+    """Decorator factory; see :func:`databricks.air.ray.ray_launch`. Ray is imported when it is used."""
+    from databricks.air.ray import ray_launch as _ray_launch
+
+    return _ray_launch(*args, **kwargs)
+
+
+def ray_init(*args: Any, **kwargs: Any) -> Any:
+    """``ray.init`` with local-first defaults; see :func:`databricks.air.ray.ray_init`."""
+    from databricks.air.ray import ray_init as _ray_init
+
+    return _ray_init(*args, **kwargs)

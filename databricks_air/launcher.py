@@ -137,7 +137,7 @@ class DistributedFunction:
             num_accelerators, accelerator_type, gpus, gpu_type, "with_overrides", known_count=self.num_accelerators
         )
         count = validation.check_count(count)
-        return _build(
+        return build(
             self.func,
             count if count is not None else self.num_accelerators,
             requested if requested is not None else self._requested,
@@ -168,8 +168,8 @@ class DistributedFunction:
                 except RuntimeConfigurationError:
                     pass  # the store is unreachable: the serialization error is the one to report
             raise
-        # The rank server starts (importing torch) while the MLflow run is created.
-        rank_server_handle.pool.prewarm(environ)
+        if not self.remote:  # the rank server starts (importing torch) while the MLflow run is created
+            rank_server_handle.pool.prewarm(environ)
         run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
         status, failure, log_dir = "FAILED", None, None
         try:
@@ -185,7 +185,8 @@ class DistributedFunction:
                 run.show()
                 environ.update(run.rank_environ())
                 run.start_log_uploads(log_dir)
-                run.start_system_metrics()
+                if not self.remote:  # this node's metrics say nothing of ranks on other machines
+                    run.start_system_metrics()
             values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)
         except KeyboardInterrupt:
             status = "KILLED"
@@ -212,25 +213,28 @@ class DistributedFunction:
     def _launch(
         self, name: str, function_bytes: bytes, argument_bytes: bytes, environ: Dict[str, str], log_dir: str
     ) -> List[Any]:
-        return engine.run(
-            engine.Launch(
-                name=name,
-                world_size=self.num_accelerators,
-                function=function_bytes,
-                arguments=argument_bytes,
-                environ=environ,
-                cwd=os.getcwd(),
-                sys_path=list(sys.path),
-                log_dir=log_dir,
-                timeout=self.timeout,
-                timeout_note=_timeout_note(self.timeout),
-                show_all_ranks=switched_on(SHOW_ALL_RANKS_VARIABLE),
-                start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
-                grace_period=_grace_period(),
-                code_files=payload.code_files(self.func),
-                hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
-            )
+        launch = engine.Launch(
+            name=name,
+            world_size=self.num_accelerators,
+            function=function_bytes,
+            arguments=argument_bytes,
+            environ=environ,
+            cwd=os.getcwd(),
+            sys_path=list(sys.path),
+            log_dir=log_dir,
+            timeout=self.timeout,
+            timeout_note=_timeout_note(self.timeout),
+            show_all_ranks=switched_on(SHOW_ALL_RANKS_VARIABLE),
+            start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
+            grace_period=_grace_period(),
+            code_files=payload.code_files(self.func),
+            hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
         )
+        if self.remote:
+            from databricks.air._ray import remote_call, request  # Ray is optional: imported for remote runs only
+
+            return remote_call.run(launch, request.RankRequest(self.num_accelerators, self.accelerator_type))
+        return engine.run(launch)
 
 
 def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> inspect.BoundArguments:
@@ -272,19 +276,18 @@ def _make_log_dir(function_name: str) -> str:
     return tempfile.mkdtemp(prefix=f"{stamp}-{safe}-", dir=root)
 
 
-def _build(
+def build(
     func: Callable[..., Any], count: Optional[int], requested: validation.RequestedType, remote: bool, timeout: Any
 ) -> DistributedFunction:
-    """Resolve the settings against this machine and wrap ``func``."""
+    """Resolve the settings (against this machine, or for a Ray cluster when ``remote``) and wrap ``func``."""
     if remote:
-        count, shape = validation.resolve_remote(count, requested)
-        raise RuntimeConfigurationError(
-            f"remote=True would run the function on {count} x {shape.value} of a Ray cluster (which needs "
-            "`pip install ray` and a running cluster); this version cannot do that yet. Use remote=False to run "
-            "on this machine's GPUs, or on CPU ranks."
-        )
-    count, shape = validation.resolve_local(count, requested)
-    function = DistributedFunction(count, shape.gpu_type if shape else None, False, func, timeout, shape)
+        from databricks.air._ray import request, require  # Ray is optional: imported for remote runs only
+
+        require.require_ray()
+        count, shape = request.resolve(count, requested)
+    else:
+        count, shape = validation.resolve_local(count, requested)
+    function = DistributedFunction(count, shape.gpu_type if shape else None, remote, func, timeout, shape)
     function._requested = requested
     return function
 
@@ -305,7 +308,8 @@ def distributed(
         accelerator_type: an :class:`AcceleratorType` or its name (any case); optional locally, where it must
             match the attached GPUs. ``"CPU"`` runs CPU ranks over gloo (so does
             ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU``, whatever the code says).
-        remote: ``True`` would run off this machine; not supported yet.
+        remote: ``True`` runs the ranks on a Ray cluster (``RAY_ADDRESS``, or the one ``ray_init`` connected
+            to), one per GPU, or one per CPU with ``accelerator_type="CPU"``; ``num_accelerators`` is required.
         timeout: seconds the whole call may take (default 3 hours); ``None`` for no limit.
         gpus: deprecated name of ``num_accelerators``.
         gpu_type: deprecated name of ``accelerator_type``.
@@ -315,13 +319,11 @@ def distributed(
     checked_timeout = validation.check_timeout(timeout)
     count, requested = validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
     count = validation.check_count(count)
-    if remote:
-        validation.decoration_notes(count or 0, checked_timeout, remote=True)
 
     def decorate(func: Callable[..., Any]) -> DistributedFunction:
         if isinstance(func, DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed()")
-        function = _build(func, count, requested, remote, checked_timeout)
+        function = build(func, count, requested, remote, checked_timeout)
         validation.decoration_notes(function.num_accelerators, checked_timeout, remote=False)
         return function
 

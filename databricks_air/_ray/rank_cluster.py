@@ -1,0 +1,221 @@
+"""A Ray cluster made of the ranks of one call: what ``ray_launch`` runs in every rank.
+
+Rank 0 starts a Ray head node on its machine (``MASTER_ADDR``), the first rank of every other machine starts a
+worker node that joins it, and rank 0 then runs the user's function as the Ray driver, connected to that cluster
+(``RAY_ADDRESS`` is set for it too). Its value is the call's value at index 0; every other rank returns ``None``.
+When the function ends, however it ends, the nodes are stopped and their files removed: a call leaves no Ray
+cluster behind. Each node is a ``ray start --block`` process in its rank's process group, so stopping a rank (a
+failure elsewhere, the timeout, an interrupt) stops its Ray node with it.
+
+Every port is picked free (nothing assumes 6379, 8265 or 10001, which another Ray on the same machine may hold),
+and the dashboard listens on 127.0.0.1. Machines find the head through the call's rendezvous store
+(``MASTER_ADDR:MASTER_PORT``), which needs no process group and never touches a GPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from databricks.air._ray import session
+from databricks.air._ray.require import import_ray
+from databricks.air.exceptions import RayConnectionError, RayInitializationError
+
+HEAD_KEY = "databricks.air/ray-head"
+DONE_KEY = "databricks.air/ray-done"
+START_SECONDS = 120.0
+STOP_SECONDS = 30.0
+_LOG_TAIL_BYTES = 4000
+# The rank that waits for the driver to finish is stopped by the launcher at the call's timeout.
+_WAIT_FOREVER = datetime.timedelta(days=365)
+
+
+def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The function every rank runs for ``ray_launch(func)``; it binds arguments like ``func`` does."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return run_rank(func, args, kwargs)
+
+    wrapper.__wrapped__ = func  # type: ignore[attr-defined]  # inspect.signature follows it
+    for attribute in ("__name__", "__qualname__", "__doc__"):
+        if hasattr(func, attribute):
+            setattr(wrapper, attribute, getattr(func, attribute))
+    return wrapper
+
+
+def run_rank(func: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """This rank's part: the head and the driver on rank 0, a worker node on other machines, nothing elsewhere."""
+    import_ray()
+    rank = int(os.environ.get("RANK", "0"))
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+        return None  # one Ray node per machine, started by its first rank
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    store = _rendezvous_store(rank) if nodes > 1 else None
+    if rank == 0:
+        return _drive(func, args, kwargs, nodes, store)
+    _serve_worker_node(store)
+    return None
+
+
+def _drive(func: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any], nodes: int, store: Any) -> Any:
+    import ray
+
+    head = RayNode.start(head_ip=os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    try:
+        if store is not None:
+            store.set(HEAD_KEY, head.address)
+        print(f"databricks.air: ray_launch started a Ray cluster; its head is {head.address}", file=sys.stderr)
+        os.environ["RAY_ADDRESS"] = head.address
+        session.ray_init(address=head.address)
+        _wait_for_nodes(ray, nodes, head)
+        return func(*args, **kwargs)
+    finally:
+        try:
+            if store is not None:
+                store.set(DONE_KEY, "1")
+            ray.shutdown()
+        finally:
+            head.stop()
+
+
+def _serve_worker_node(store: Any) -> None:
+    head_address = store.get(HEAD_KEY).decode()
+    node = RayNode.start(head_ip=None, join=head_address)
+    try:
+        store.wait([DONE_KEY], _WAIT_FOREVER)
+    finally:
+        node.stop()
+
+
+def _rendezvous_store(rank: int) -> Any:
+    """The call's key-value store at ``MASTER_ADDR:MASTER_PORT``: the launcher's (local runs) or rank 0's."""
+    from torch.distributed import TCPStore
+
+    hosted_by_launcher = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    return TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=rank == 0 and not hosted_by_launcher,
+        timeout=datetime.timedelta(seconds=START_SECONDS),
+        wait_for_workers=False,
+    )
+
+
+def _wait_for_nodes(ray: Any, nodes: int, head: "RayNode") -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        alive = [node for node in ray.nodes() if node.get("Alive")]
+        if len(alive) >= nodes:
+            return
+        if time.monotonic() >= deadline:
+            raise RayInitializationError(
+                f"only {len(alive)} of the {nodes} Ray nodes of this call joined the head at {head.address} within "
+                f"{START_SECONDS:g} s; the other machines' first ranks could not reach it (check that the "
+                "machines can reach each other on every port)"
+            )
+        time.sleep(0.5)
+
+
+class RayNode:
+    """One ``ray start --block`` process (a head, or a worker joining one) and its temporary directory."""
+
+    def __init__(self, process: subprocess.Popen, temp_dir: str, address: str) -> None:
+        self.process = process
+        self.temp_dir = temp_dir
+        self.address = address
+
+    @classmethod
+    def start(cls, head_ip: Optional[str], join: Optional[str] = None) -> "RayNode":
+        """Start a head on ``head_ip``, or a worker node joining ``join`` (``host:port``)."""
+        temp_dir = tempfile.mkdtemp(prefix="air-ray-")
+        if join is None:
+            assert head_ip is not None
+            node_ip, port = head_ip, _free_port(head_ip)
+            address = f"{head_ip}:{port}"
+            role = ["--head", f"--port={port}", f"--ray-client-server-port={_free_port(head_ip)}",
+                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={_free_port('127.0.0.1')}"]
+        else:
+            node_ip, address = _own_ip(join), join
+            role = [f"--address={join}"]
+        command = [
+            sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block",
+            f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={_free_port(node_ip)}", f"--metrics-export-port={_free_port(node_ip)}",
+            *role,
+        ]
+        environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+        log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
+        try:
+            process = subprocess.Popen(command, env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        finally:
+            log.close()
+        node = cls(process, temp_dir, address)
+        try:
+            node._wait_until_up(join is None)
+        except BaseException:
+            node.stop()
+            raise
+        return node
+
+    def _wait_until_up(self, head: bool) -> None:
+        host, _, port = self.address.rpartition(":")
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RayInitializationError(
+                    f"`ray start` ended with exit code {self.process.returncode} before its node was up:\n"
+                    f"{self.log_tail()}"
+                )
+            if not head:
+                return  # a worker node registers with the head; the driver counts the nodes
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RayConnectionError(
+            f"the Ray head at {self.address} did not accept connections within {START_SECONDS:g} s:\n{self.log_tail()}"
+        )
+
+    def log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.temp_dir, "ray-start.log"), "rb") as stream:
+                stream.seek(0, os.SEEK_END)
+                stream.seek(max(0, stream.tell() - _LOG_TAIL_BYTES))
+                return stream.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the node (``ray start`` stops the processes it started on SIGTERM) and remove its files."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _own_ip(head_address: str) -> str:
+    """The address this machine uses to reach the head (no packet is sent)."""
+    host, _, port = head_address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, int(port)))
+        return str(probe.getsockname()[0])
+

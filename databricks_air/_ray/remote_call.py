@@ -1,0 +1,342 @@
+"""Running one call's ranks on a Ray cluster: the Ray counterpart of :func:`databricks.air._engine.launch.run`.
+
+Same input (:class:`~databricks.air._engine.launch.Launch`), same result: every rank's value in rank order, or the
+same :class:`DistributedExecutionError` report, :class:`LocalExecutionTimeoutError` or ``KeyboardInterrupt``. The
+ranks' output lands in the same per-rank log files, with rank 0 shown live.
+
+The steps: check that the cluster can ever hold the ranks; reserve a placement group (one bundle per rank, packed by
+node); start one :class:`RankHost` actor in each bundle; number the ranks from where Ray put them; start every rank
+with its torchrun environment; poll the hosts for output and exits; on the first failure, the timeout or an interrupt,
+stop every rank (SIGTERM, then SIGKILL after the grace period); and whatever happened, kill the actors and remove
+the placement group, so nothing of the call stays on the cluster.
+
+Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
+variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
+switches): not the caller's whole environment, whose paths mean nothing on another machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine.failures import RankOutcome, build_error
+from databricks.air._engine.launch import Launch
+from databricks.air._engine.output import RankOutput, make_outputs
+from databricks.air._engine.values import read_value_file
+from databricks.air._ray import placement, session
+from databricks.air._ray.rank_host import RankHost
+from databricks.air._ray.rank_layout import Place, Slot, arrange, job_environ, rank_environ
+from databricks.air._ray.request import RankRequest
+from databricks.air._ray.require import import_ray
+from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
+
+FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_")
+_POLL_SECONDS = 0.5
+_BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
+_NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
+_CLOSE_SECONDS = 5.0
+
+
+def run(launch: Launch, request: RankRequest) -> List[Any]:
+    """Run ``launch`` on the connected Ray cluster (connecting to ``RAY_ADDRESS`` first if needed)."""
+    deadline = None if launch.timeout is None else time.monotonic() + launch.timeout
+    ray = import_ray()
+    session.ensure_connected()
+    bundle = request.bundle(ray.nodes(), _max_resources())
+    call = _RemoteCall(launch, request)
+    try:
+        call.reserve(bundle, deadline)
+        call.start_hosts(deadline)
+        call.start_ranks()
+        call.supervise(deadline)
+        return call.results()
+    finally:
+        call.close()
+
+
+def forwarded_environ(environ: Dict[str, str], cwd: str) -> Dict[str, str]:
+    """The caller's variables that remote ranks get (see the module docstring)."""
+    forwarded = {key: value for key, value in environ.items() if key.startswith(FORWARDED_PREFIXES)}
+    uri = forwarded.get("MLFLOW_TRACKING_URI")
+    if uri:
+        forwarded["MLFLOW_TRACKING_URI"] = _absolute_store(uri, cwd)
+    return forwarded
+
+
+def _absolute_store(uri: str, cwd: str) -> str:
+    """A local MLflow store named relative to the caller's directory, named absolutely (ranks run elsewhere)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///"):])
+    if uri.startswith("file:") and not uri.startswith("file:/"):
+        return "file:" + os.path.join(cwd, uri[len("file:"):])
+    if ":" not in uri and uri not in _NAMED_STORES and not os.path.isabs(uri):
+        return os.path.join(cwd, uri)
+    return uri
+
+
+def _max_resources() -> Optional[Dict[str, float]]:
+    """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
+    try:
+        from ray._private.state import state
+
+        return state.get_max_resources_from_cluster_config()
+    except Exception:  # noqa: BLE001 - a private API of Ray: without it, the live nodes are the limit
+        return None
+
+
+class _RemoteCall:
+    """The ranks of one call on the cluster, and what is known of them."""
+
+    def __init__(self, launch: Launch, request: RankRequest) -> None:
+        self.ray = import_ray()
+        self.launch = launch
+        self.request = request
+        self.group: Any = None
+        self.bundle: Dict[str, float] = {}
+        self.hosts: List[Any] = []  # by bundle
+        self.places: List[Place] = []  # by rank
+        self.outcomes: Dict[int, RankOutcome] = {}  # by rank
+        self.outputs: Dict[int, RankOutput] = {}
+        self.polls: Dict[Any, int] = {}  # pending poll -> rank
+        self.files = CallFiles.create()  # results, as the caller reads them
+        self.stopping_since: Optional[float] = None
+        self.killed = False
+        self.timed_out = False
+        self.interrupted = False
+
+    # --- starting ------------------------------------------------------------------------------------------------
+
+    def reserve(self, bundle: Dict[str, float], deadline: Optional[float]) -> None:
+        self.bundle = bundle
+        self.group = placement.reserve(
+            self.launch.name, bundle, self.request.count, deadline, self.launch.timeout_note
+        )
+
+    def start_hosts(self, deadline: Optional[float]) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        host_class = self.ray.remote(RankHost)
+        bundle = self.bundle
+        for index in range(self.request.count):
+            self.hosts.append(
+                host_class.options(
+                    num_cpus=bundle.get("CPU", 0),
+                    num_gpus=bundle.get("GPU", 0),
+                    resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
+                    max_concurrency=2,  # a stop must not wait behind a poll
+                    # Merged into the job's runtime_env; the caller has shown the Beta notice already.
+                    runtime_env={"env_vars": {_BETA_NOTICE_VARIABLE: "1"}},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
+                ).remote()
+            )
+        where = self._get_all([host.where.remote() for host in self.hosts], deadline, "start the rank hosts")
+        self.places = arrange([Slot(w["node_id"], w["node_ip"], tuple(w["gpu_ids"])) for w in where])
+
+    def start_ranks(self) -> None:
+        launch = self.launch
+        master = self.hosts[self.places[0].bundle]
+        master_port = self.ray.get(master.free_port.remote())
+        common = {**forwarded_environ(launch.environ, launch.cwd), **job_environ()}
+        function, arguments = self.ray.put(launch.function), self.ray.put(launch.arguments)
+        self.outputs = make_outputs(launch.log_dir, len(self.places), launch.show_all_ranks)
+        starts = [
+            self.hosts[place.bundle].start.remote(
+                place.rank,
+                len(self.places),
+                {**common, **rank_environ(self.places, place.rank, master_port)},
+                function,
+                arguments,
+            )
+            for place in self.places
+        ]
+        pids = self._get_all(starts, None, "start the ranks")
+        for place, pid in zip(self.places, pids):
+            self.outcomes[place.rank] = RankOutcome(rank=place.rank, pid=pid, log_path=self.outputs[place.rank].log_path)
+            self._poll_again(place.rank)
+        print(f"databricks.air: {self._describe_places()}", file=sys.stderr, flush=True)
+
+    def _get_all(self, refs: List[Any], deadline: Optional[float], doing: str) -> List[Any]:
+        """``ray.get(refs)`` within the call's timeout; a Ray failure here means the cluster could not do ``doing``."""
+        waiting = list(refs)
+        while waiting:
+            step = _POLL_SECONDS if deadline is None else max(0.0, min(_POLL_SECONDS, deadline - time.monotonic()))
+            _, waiting = self.ray.wait(waiting, num_returns=len(waiting), timeout=step)
+            if waiting and deadline is not None and time.monotonic() >= deadline:
+                raise LocalExecutionTimeoutError(
+                    f"{self.launch.name}: the Ray cluster could not {doing} within the timeout of "
+                    f"{self.launch.timeout:g} s, so the call was stopped. {self.launch.timeout_note}"
+                )
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayError as error:
+            raise WorkloadCreationError(f"the Ray cluster could not {doing} for {self.launch.name}: {error}") from error
+
+    def _describe_places(self) -> str:
+        nodes: Dict[int, List[int]] = {}
+        for place in self.places:
+            nodes.setdefault(place.node_rank, []).append(place.rank)
+        shown = ", ".join(
+            f"node {node} {self.places[ranks[0]].slot.node_ip} (ranks {ranks[0]}-{ranks[-1]})"
+            if len(ranks) > 1
+            else f"node {node} {self.places[ranks[0]].slot.node_ip} (rank {ranks[0]})"
+            for node, ranks in nodes.items()
+        )
+        return f"{len(self.places)} {self.request.unit} rank(s) of {self.launch.name} on Ray: {shown}"
+
+    # --- waiting -------------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> List[RankOutcome]:
+        return [o for o in self.outcomes.values() if o.status is None]
+
+    def supervise(self, deadline: Optional[float]) -> None:
+        """Wait until every rank has ended, stopping them all on the first failure, timeout or interrupt."""
+        while self.running:
+            try:
+                self._receive(self._wait_seconds(deadline))
+                now = time.monotonic()
+                if deadline is not None and now >= deadline and self.stopping_since is None:
+                    self.timed_out = True
+                    self._stop()
+                if (
+                    self.stopping_since is not None
+                    and not self.killed
+                    and now - self.stopping_since >= self.launch.grace_period
+                ):
+                    self._kill()
+            except KeyboardInterrupt:
+                if self.interrupted or self.stopping_since is not None:
+                    self._kill()  # a second interrupt: no more grace
+                self.interrupted = True
+                self._stop()
+
+    def _wait_seconds(self, deadline: Optional[float]) -> float:
+        now = time.monotonic()
+        wait = _POLL_SECONDS
+        if deadline is not None and self.stopping_since is None:
+            wait = min(wait, max(0.0, deadline - now))
+        if self.stopping_since is not None and not self.killed:
+            wait = min(wait, max(0.0, self.stopping_since + self.launch.grace_period - now))
+        return wait
+
+    def _receive(self, seconds: float) -> None:
+        ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=seconds)
+        if ready:  # take every other answer that is in too
+            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
+        for ref in ready:
+            rank = self.polls.pop(ref)
+            try:
+                report = self.ray.get(ref)
+            except self.ray.exceptions.RayError as error:
+                self._host_lost(rank, error)
+                continue
+            for stream, data in report["output"]:
+                self.outputs[rank].feed(stream, data)
+            if report["status"] is None:
+                self._poll_again(rank)
+            else:
+                self._on_exit(rank, report["status"], report["result"])
+
+    def _poll_again(self, rank: int) -> None:
+        self.polls[self.hosts[self.places[rank].bundle].poll.remote(_POLL_SECONDS)] = rank
+
+    def _on_exit(self, rank: int, status: int, result: Optional[bytes]) -> None:
+        outcome = self.outcomes[rank]
+        outcome.status = status
+        outcome.exited_at = time.time()
+        outcome.record = self._read_record(rank, result)
+        if not outcome.succeeded and self.stopping_since is None:
+            self._stop()
+
+    def _host_lost(self, rank: int, error: BaseException) -> None:
+        """The rank's actor died (its node was lost, or Ray killed it): the rank is gone with it."""
+        outcome = self.outcomes[rank]
+        outcome.status = -signal.SIGKILL
+        outcome.exited_at = time.time()
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        outcome.record = {
+            "ok": False,
+            "kind": "exit",
+            "message": f"its Ray actor on {self.places[rank].slot.node_ip} died ({summary})",
+            "time": time.time(),
+        }
+        if self.stopping_since is None:
+            self._stop()
+
+    def _read_record(self, rank: int, result: Optional[bytes]) -> Optional[Dict[str, Any]]:
+        if result is None:
+            return None
+        path = self.files.result(rank)
+        self.files.write_bytes(path, result)
+        try:
+            return read_value_file(path)
+        except Exception as error:  # noqa: BLE001 - a value the caller cannot unpickle
+            return {
+                "ok": False,
+                "kind": "unpicklable-result",
+                "message": f"the return value of rank {rank} cannot be unpickled in the caller: "
+                f"{type(error).__name__}: {error}",
+                "time": time.time(),
+            }
+        finally:
+            os.unlink(path)
+
+    # --- stopping ------------------------------------------------------------------------------------------------
+
+    def _stop(self) -> None:
+        """Ask every running rank (and everything it started) to terminate."""
+        if self.stopping_since is not None:
+            return
+        self.stopping_since = time.monotonic()
+        now = time.time()
+        for outcome in self.running:
+            outcome.stopped_at = now
+            self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGTERM)
+
+    def _kill(self) -> None:
+        self.killed = True
+        for outcome in self.running:
+            self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGKILL)
+
+    # --- ending --------------------------------------------------------------------------------------------------
+
+    def results(self) -> List[Any]:
+        ordered = [self.outcomes[rank] for rank in sorted(self.outcomes)]
+        if any(o.failed_on_its_own for o in ordered):
+            raise build_error(
+                ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
+            )
+        if self.interrupted:
+            raise KeyboardInterrupt
+        if self.timed_out:
+            raise LocalExecutionTimeoutError(
+                f"{self.launch.name} did not finish within its timeout of {self.launch.timeout:g} s, so all "
+                f"{len(ordered)} ranks were stopped. {self.launch.timeout_note}"
+                f"Every rank's output is in {self.launch.log_dir}"
+            )
+        return [o.record["value"] for o in ordered]  # type: ignore[index]
+
+    def close(self) -> None:
+        """Make sure nothing of this call survives on the cluster, whatever happened."""
+        try:
+            closing = [host.close.remote() for host in self.hosts]
+            if closing:
+                self.ray.wait(closing, num_returns=len(closing), timeout=_CLOSE_SECONDS)
+        except Exception:  # noqa: BLE001 - the hosts may be gone already; killing them below is what counts
+            pass
+        finally:
+            for host in self.hosts:
+                try:
+                    self.ray.kill(host, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+            if self.group is not None:
+                placement.release(self.group)
+            for output in self.outputs.values():
+                output.finish()
+            self.files.remove()

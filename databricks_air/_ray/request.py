@@ -1,0 +1,124 @@
+"""What a remote call asks of a Ray cluster: one placement-group bundle per rank, and whether the cluster can ever
+give it.
+
+A rank reserves one GPU (``{"GPU": 1}``), or one CPU in CPU mode (``{"CPU": 1}``). An accelerator type adds Ray's
+accelerator-type resource (``accelerator_type:H100``), which Ray gives every node from the name of its GPUs, so
+the ranks land on nodes of that model. A request the cluster cannot satisfy even when idle fails at once, naming
+what the cluster has, rather than waiting forever for resources that will never come.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from databricks.air import compute, validation
+from databricks.air.compute import AcceleratorType, GPUType
+from databricks.air.exceptions import GPUValidationError
+
+logger = logging.getLogger("databricks.air")
+
+# Ray names a node's accelerator type from its GPU's name ("NVIDIA A10G" -> "A10G"); AWS sells A10 as A10G.
+RAY_ACCELERATOR_NAMES = {GPUType.H100: ("H100",), GPUType.A10: ("A10", "A10G"), GPUType.B300: ("B300",)}
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+# The amount Ray's own `accelerator_type=` option reserves: enough to select the node, never a limit.
+_ACCELERATOR_AMOUNT = 0.001
+
+
+def resolve(count: Optional[int], requested: validation.RequestedType) -> Tuple[int, AcceleratorType]:
+    """The count and shape of a run on Ray: CPU ranks in CPU mode, else the reference's remote rules."""
+    cpu_mode = compute.cpu_mode_from_environment()
+    if cpu_mode or requested is AcceleratorType.CPU:
+        if count is None:
+            raise GPUValidationError("remote=True needs num_accelerators: the number of ranks to run on the Ray cluster")
+        if cpu_mode and requested not in (None, AcceleratorType.CPU):
+            logger.warning(
+                "%s=CPU: running %d CPU rank(s) on the Ray cluster instead of accelerator_type=%s",
+                compute.ACCELERATOR_TYPE_VARIABLE,
+                count,
+                getattr(requested, "value", requested),
+            )
+        return count, AcceleratorType.CPU
+    return validation.resolve_remote(count, requested)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankRequest:
+    """The ranks of one remote call: how many, and of which accelerator."""
+
+    count: int
+    shape: AcceleratorType
+
+    @property
+    def cpu(self) -> bool:
+        return self.shape is AcceleratorType.CPU
+
+    @property
+    def unit(self) -> str:
+        return "CPU" if self.cpu else "GPU"
+
+    def bundle(self, nodes: Sequence[Mapping[str, Any]], max_resources: Optional[Mapping[str, float]] = None
+               ) -> Dict[str, float]:
+        """The bundle of one rank on this cluster; :class:`GPUValidationError` if the cluster can never run them all.
+
+        ``nodes`` is :func:`ray.nodes`; ``max_resources`` what an autoscaling cluster may grow to, where known.
+        """
+        alive = [node for node in nodes if node.get("Alive")]
+        bundle: Dict[str, float] = {self.unit: 1.0}
+        holders = alive
+        if not self.cpu:
+            accelerator = self._accelerator_resource(alive)
+            bundle[accelerator] = _ACCELERATOR_AMOUNT
+            holders = [node for node in alive if node.get("Resources", {}).get(accelerator)]
+        capacity = sum(int(node.get("Resources", {}).get(self.unit, 0)) for node in holders)
+        if max_resources:
+            capacity = max(capacity, int(max_resources.get(self.unit) or 0))
+        if capacity < self.count:
+            what = self.unit if self.cpu else f"{self.shape.gpu_type.name} GPU"  # type: ignore[union-attr]
+            raise GPUValidationError(
+                f"num_accelerators={self.count} asks for {self.count} {what} rank(s), one {self.unit} each, but the "
+                f"Ray cluster has {capacity} {what}(s) in all. Cluster: {describe_nodes(alive)}. Pass "
+                f"num_accelerators={capacity} or fewer, or add nodes to the cluster."
+                if capacity
+                else f"num_accelerators={self.count} asks for {what} ranks, but the Ray cluster has no {what}. "
+                f"Cluster: {describe_nodes(alive)}."
+            )
+        return bundle
+
+    def _accelerator_resource(self, alive: Sequence[Mapping[str, Any]]) -> str:
+        model = self.shape.gpu_type
+        names = RAY_ACCELERATOR_NAMES.get(model, ()) if model is not None else ()
+        gpus_by_name = {
+            name: sum(
+                int(node.get("Resources", {}).get("GPU", 0))
+                for node in alive
+                if node.get("Resources", {}).get(ACCELERATOR_RESOURCE_PREFIX + name)
+            )
+            for name in names
+        }
+        present = [name for name in names if gpus_by_name[name]]
+        if not present:
+            raise GPUValidationError(
+                f"accelerator_type={self.shape.value} needs nodes whose GPUs Ray names "
+                f"{' or '.join(names)} (resource {ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has "
+                f"none. Cluster: {describe_nodes(alive)}."
+            )
+        return ACCELERATOR_RESOURCE_PREFIX + max(present, key=lambda name: gpus_by_name[name])
+
+
+def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """``2 node(s): 10.0.0.1 (CPU 8, GPU 1, accelerator_type:A10G), ...`` for messages."""
+    if not nodes:
+        return "no live nodes"
+    parts: List[str] = []
+    for node in nodes:
+        resources = node.get("Resources", {})
+        shown = [f"{key} {_amount(resources[key])}" for key in ("CPU", "GPU") if resources.get(key)]
+        shown += sorted(key for key in resources if key.startswith(ACCELERATOR_RESOURCE_PREFIX))
+        parts.append(f"{node.get('NodeManagerAddress', '?')} ({', '.join(shown) or 'nothing'})")
+    return f"{len(nodes)} node(s): " + ", ".join(parts)
+
+
+def _amount(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

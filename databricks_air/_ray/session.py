@@ -1,0 +1,153 @@
+"""This process's connection to a Ray cluster: ``ray_init``, and connecting on the first remote call.
+
+``ray_init`` is ``ray.init`` with three differences: the caller's working directory travels to every node as the
+job's ``runtime_env`` ``working_dir`` (so ``import my_module`` works in ranks on other machines; pass
+``runtime_env={"working_dir": None}`` to ship nothing), a dashboard it starts listens on 127.0.0.1 only (Ray's
+dashboard accepts job submissions, which run code, from whoever can reach it), and the dashboard's address is shown
+once, as a link in Jupyter. A remote call in a process that is not connected yet connects to ``RAY_ADDRESS`` the same
+way; an address that does not answer fails at once, instead of after Ray's retries of several minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import logging
+import os
+import socket
+import sys
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from databricks.air._ray.require import import_ray
+from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
+
+ADDRESS_VARIABLE = "RAY_ADDRESS"
+LOCAL_DASHBOARD_HOST = "127.0.0.1"
+_REACH_SECONDS = 5.0
+_CLIENT_SCHEME = "ray://"
+
+
+def ray_init(*args: Any, **kwargs: Any) -> Any:
+    """``ray.init(*args, **kwargs)`` with the defaults above; returns Ray's context."""
+    ray = import_ray()
+    address = kwargs.get("address", args[0] if args else None) or os.environ.get(ADDRESS_VARIABLE)
+    if address:
+        check_reachable(str(address), "address" if kwargs.get("address") or args else ADDRESS_VARIABLE)
+    if not str(address or "").startswith(_CLIENT_SCHEME):  # Ray Client takes no dashboard arguments
+        kwargs.setdefault("include_dashboard", True)
+        kwargs.setdefault("dashboard_host", LOCAL_DASHBOARD_HOST)
+    runtime_env, working_dir = _with_working_dir(kwargs.get("runtime_env"))
+    kwargs["runtime_env"] = runtime_env
+    try:
+        with _without_rays_dashboard_line():
+            context = ray.init(*args, **kwargs)
+    except ValueError as error:
+        if working_dir and "exceeds the maximum size" in str(error):
+            raise RuntimeConfigurationError(
+                f"{error}\ndatabricks.air ships the working directory {working_dir} to the Ray cluster by default; "
+                'pass runtime_env={"working_dir": None} to ray_init to ship nothing, or another, smaller directory.'
+            ) from error
+        raise
+    show_dashboard(getattr(context, "dashboard_url", None))
+    return context
+
+
+def ensure_connected() -> None:
+    """Connect to ``RAY_ADDRESS`` unless this process already is; a clear error when there is no cluster to reach."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    address = os.environ.get(ADDRESS_VARIABLE, "").strip()
+    if not address:
+        raise RayConnectionError(
+            "remote=True runs the ranks on a Ray cluster, and this process is not connected to one. Set "
+            f"{ADDRESS_VARIABLE} to the cluster's address (the head's host:port, e.g. 10.0.0.5:6379, or "
+            "ray://host:10001), or call databricks.air.ray.ray_init(address=...) first; ray_init() without an "
+            "address starts a Ray instance on this machine."
+        )
+    try:
+        ray_init(address=address)
+    except ConnectionError as error:
+        raise RayConnectionError(
+            f"cannot connect to the Ray cluster at {ADDRESS_VARIABLE}={address}: {error}. Check the address, or "
+            "call databricks.air.ray.ray_init(...) first."
+        ) from error
+
+
+def check_reachable(address: str, source: str) -> None:
+    """Fail fast, with what to do, when ``address`` names a host and port that do not accept connections."""
+    host_port = _host_and_port(address)
+    if host_port is None:
+        return
+    try:
+        socket.create_connection(host_port, timeout=_REACH_SECONDS).close()
+    except OSError as error:
+        raise RayConnectionError(
+            f"no Ray cluster answers at {address} (from {source}): {error}. Start the cluster (`ray start --head` "
+            f"on its head node), fix {ADDRESS_VARIABLE}, or call databricks.air.ray.ray_init() with no address to "
+            "start a Ray instance on this machine."
+        ) from None
+
+
+def _host_and_port(address: str) -> Optional[Tuple[str, int]]:
+    """``(host, port)`` of ``host:port`` or ``ray://host:port``; ``None`` for ``auto``, ``local`` and the like."""
+    rest = address.strip()
+    if rest.startswith(_CLIENT_SCHEME):
+        rest = rest[len(_CLIENT_SCHEME):]
+    rest = rest.split("/", 1)[0]
+    host, separator, port = rest.rpartition(":")
+    if not separator or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _with_working_dir(runtime_env: Any) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The job's runtime environment, with the working directory as ``working_dir`` unless the caller chose."""
+    chosen = dict(runtime_env or {})
+    if "working_dir" in chosen:
+        if chosen["working_dir"] is None:
+            del chosen["working_dir"]
+        return chosen, None
+    chosen["working_dir"] = os.getcwd()
+    return chosen, chosen["working_dir"]
+
+
+class _DashboardLineFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "View the dashboard" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _without_rays_dashboard_line() -> Iterator[None]:
+    """Ray logs the dashboard address too; we show it ourselves, once."""
+    ray_logger = logging.getLogger("ray._private.worker")
+    line_filter = _DashboardLineFilter()
+    ray_logger.addFilter(line_filter)
+    try:
+        yield
+    finally:
+        ray_logger.removeFilter(line_filter)
+
+
+def show_dashboard(address: Optional[str]) -> None:
+    """The dashboard's address: a link in a Jupyter kernel, a plain line elsewhere; nothing without a dashboard."""
+    if not address:
+        return
+    url = address if "://" in address else f"http://{address}"
+    if _in_jupyter_kernel():
+        from IPython.display import HTML, display
+
+        display(HTML(f'Ray dashboard: <a href="{html.escape(url)}" target="_blank">{html.escape(url)}</a>'))
+    else:
+        print(f"databricks.air: Ray dashboard: {url}", file=sys.stderr, flush=True)
+
+
+def _in_jupyter_kernel() -> bool:
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
