@@ -1,0 +1,280 @@
+"""Local copies of source files, with a hard cap on the cache's own bytes, that never evict a file in flight.
+
+Layout (inside a :class:`~databricks.air.data.workspace.Workspace`): ``files/<relative path>`` holds the copies,
+under their own names, so code that looks at a file's extension still works; ``cache.lock`` is the lock every
+process of the workspace takes to change the cache, and its first 8 bytes count the bytes the cache holds
+(copies plus copies in progress).
+
+* A copy is written to a hidden temporary name in the same folder and linked to its final name when complete, so
+  no process ever sees a partial file at a final path; a copy killed mid-way leaves only its temporary file, and
+  the whole workspace is reclaimed once its owner is gone.
+* A copy keeps the source's size and modification time; a copy whose source no longer matches is fetched again.
+* Before a copy starts, older copies are evicted (least recently used first, by access time, which each use sets)
+  until the new one fits under ``limit_bytes`` and leaves ``min_free_bytes`` free on the disk. Files that the
+  caller says are pinned (positions that are in flight between the workers and the training loop) are never
+  evicted; if nothing else can go, the cache goes over its limit by those files rather than stall.
+* Only files under ``files/`` are ever deleted: never the source.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+import time
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
+
+from databricks.air.data.errors import DataFileError, DataFilePermissionError, DataFileVanishedError
+from databricks.air.data.filesystem import VolumeFileSystem
+from databricks.air.data.retry import RetryPolicy, call_with_retries
+
+MIN_FREE_VARIABLE = "SGC_FSLAYER_MIN_FREE_DISK_BYTES"  # the reference's name for the free-disk floor
+_TEMP_SUFFIX = ".part"
+_DEFAULT_FREE_FRACTION = 0.10
+
+
+def default_min_free_bytes(directory: str) -> int:
+    """The free-disk floor: ``SGC_FSLAYER_MIN_FREE_DISK_BYTES`` if set, else 10 % of the cache's disk."""
+    raw = os.environ.get(MIN_FREE_VARIABLE)
+    if raw is not None and raw.strip():
+        try:
+            value = int(raw)
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+        import logging
+
+        logging.getLogger("databricks.air.data").warning(
+            "%s=%r is not a byte count >= 0; keeping 10%% of the disk free instead", MIN_FREE_VARIABLE, raw
+        )
+    usage = os.statvfs(directory)
+    return int(usage.f_blocks * usage.f_frsize * _DEFAULT_FREE_FRACTION)
+
+
+class FileCache:
+    """Copies of one dataset's files, shared by every process of one workspace."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        limit_bytes: Optional[int],
+        min_free_bytes: Optional[int],
+        filesystem: VolumeFileSystem,
+        retry: RetryPolicy,
+    ) -> None:
+        self.files_dir = os.path.join(directory, "files")
+        self.lock_path = os.path.join(directory, "cache.lock")
+        os.makedirs(self.files_dir, exist_ok=True)
+        if not os.path.exists(self.lock_path):
+            with open(self.lock_path, "wb") as stream:
+                stream.write(bytes(8))
+        self.limit_bytes = limit_bytes
+        self.min_free_bytes = default_min_free_bytes(self.files_dir) if min_free_bytes is None else min_free_bytes
+        self.filesystem = filesystem
+        self.retry = retry
+        self._local: Dict[str, Any] = {}
+
+    # -- the lock and the byte count, per process -------------------------------------------------------------
+
+    def _process_state(self) -> Dict[str, Any]:
+        # A forked child must open its own descriptor: flock on an inherited one would not exclude the parent.
+        if self._local.get("pid") != os.getpid():
+            self._local = {
+                "pid": os.getpid(),
+                "fd": os.open(self.lock_path, os.O_RDWR | os.O_CLOEXEC),
+                "thread_lock": threading.Lock(),
+                "made_dirs": set(),
+            }
+        return self._local
+
+    def _locked(self) -> "_CacheLock":
+        return _CacheLock(self._process_state())
+
+    @staticmethod
+    def _read_usage(fd: int) -> int:
+        return int.from_bytes(os.pread(fd, 8, 0), "little", signed=True)
+
+    @staticmethod
+    def _write_usage(fd: int, value: int) -> None:
+        os.pwrite(fd, max(value, 0).to_bytes(8, "little", signed=True), 0)
+
+    def usage_bytes(self) -> int:
+        """Bytes the cache holds now, as counted (copies and copies in progress)."""
+        with self._locked() as fd:
+            return self._read_usage(fd)
+
+    # -- fetching ---------------------------------------------------------------------------------------------
+
+    def fetch(self, source: str, relative: str, pinned: Callable[[], Collection[str]]) -> str:
+        """The path of a fresh local copy of ``source`` (file ``relative`` of the dataset), copying it if needed."""
+        try:
+            info = call_with_retries(lambda: self.filesystem.stat(source), f"stat {source}", self.retry)
+        except FileNotFoundError:
+            raise DataFileVanishedError(
+                source,
+                f"{source} was listed when the dataset was built but is gone now (deleted or renamed during the "
+                "epoch?). Build the dataset again to list the folder as it is now.",
+            ) from None
+        except OSError as error:
+            raise _read_error(source, "stat", error) from error
+        destination = os.path.join(self.files_dir, relative)
+        try:
+            cached = os.stat(destination)
+            if cached.st_size == info.st_size and cached.st_mtime_ns == info.st_mtime_ns:
+                os.utime(destination, ns=(time.time_ns(), info.st_mtime_ns))
+                return destination
+        except FileNotFoundError:
+            pass
+        return self._fill(source, relative, destination, info, pinned)
+
+    def _fill(
+        self, source: str, relative: str, destination: str, info: os.stat_result, pinned: Callable[[], Collection[str]]
+    ) -> str:
+        size = info.st_size
+        state = self._process_state()
+        with self._locked() as fd:
+            self._make_room(fd, size, pinned, relative)
+            self._write_usage(fd, self._read_usage(fd) + size)
+        folder = os.path.dirname(destination)
+        if folder not in state["made_dirs"]:
+            os.makedirs(folder, exist_ok=True)
+            state["made_dirs"].add(folder)
+        temporary = os.path.join(
+            folder, f".{os.path.basename(destination)}.{os.getpid()}.{threading.get_ident()}{_TEMP_SUFFIX}"
+        )
+        try:
+            call_with_retries(lambda: self.filesystem.copy(source, temporary), f"copy {source}", self.retry)
+            os.utime(temporary, ns=(time.time_ns(), info.st_mtime_ns))
+        except BaseException as error:
+            with self._locked() as fd:
+                self._write_usage(fd, self._read_usage(fd) - size)
+            _unlink_quietly(temporary)
+            if not isinstance(error, OSError):
+                raise
+            if error.errno in (errno.ENOSPC, errno.EDQUOT) or temporary in (error.filename, error.filename2):
+                if error.filename != source or error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise OSError(
+                        error.errno,
+                        f"cannot write the cached copy of {source} under {self.files_dir}: {error.strerror}. Give "
+                        "the cache a smaller share of the disk (cache_limit_bytes=), another disk (cache_dir=), or "
+                        "turn it off (cache=False)",
+                    ) from error
+            if isinstance(error, FileNotFoundError):
+                raise DataFileVanishedError(
+                    source, f"{source} disappeared while it was being copied (deleted or renamed during the epoch?). "
+                    "Build the dataset again to list the folder as it is now."
+                ) from None
+            raise _read_error(source, "copy", error) from error
+        with self._locked() as fd:
+            self._commit(fd, temporary, destination, size, info)
+        return destination
+
+    def _commit(self, fd: int, temporary: str, destination: str, size: int, info: os.stat_result) -> None:
+        try:
+            os.link(temporary, destination)
+            os.unlink(temporary)
+            return
+        except FileExistsError:
+            pass
+        try:
+            current = os.stat(destination)
+        except FileNotFoundError:
+            os.replace(temporary, destination)
+            return
+        if current.st_size == info.st_size and current.st_mtime_ns == info.st_mtime_ns:
+            os.unlink(temporary)  # another worker copied the same file first
+            self._write_usage(fd, self._read_usage(fd) - size)
+            return
+        os.replace(temporary, destination)  # a stale copy: the new one takes its place
+        self._write_usage(fd, self._read_usage(fd) - current.st_size)
+
+    # -- eviction ---------------------------------------------------------------------------------------------
+
+    def _free_disk(self) -> int:
+        usage = os.statvfs(self.files_dir)
+        return usage.f_bavail * usage.f_frsize
+
+    def _make_room(self, fd: int, need: int, pinned: Callable[[], Collection[str]], keep: str) -> None:
+        used = self._read_usage(fd)
+        over = self.limit_bytes is not None and used + need > self.limit_bytes
+        low = self.min_free_bytes > 0 and self._free_disk() - need < self.min_free_bytes
+        if not (over or low):
+            return
+        # Evict a little below the limit, so that a full cache is not scanned again for every new file.
+        target = None if self.limit_bytes is None else self.limit_bytes - need - self.limit_bytes // 8
+        free_needed = self.min_free_bytes + need - self._free_disk() if low else 0
+        protected = set(pinned())
+        protected.add(keep)
+        for _, size, relative in self._by_last_use():
+            if relative in protected:
+                continue
+            if (target is None or used <= target) and free_needed <= 0:
+                break
+            try:
+                os.unlink(os.path.join(self.files_dir, relative))
+            except FileNotFoundError:
+                continue
+            used -= size
+            free_needed -= size
+        self._write_usage(fd, used)
+
+    def _by_last_use(self) -> List[Tuple[int, int, str]]:
+        found = []
+        for folder, _, names in os.walk(self.files_dir):
+            for name in names:
+                if name.startswith(".") and name.endswith(_TEMP_SUFFIX):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                found.append((info.st_atime_ns, info.st_size, os.path.relpath(path, self.files_dir)))
+        found.sort()
+        return found
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local"] = {}
+        return state
+
+
+class _CacheLock:
+    """Exclusive access to the cache across this process's threads and every other process."""
+
+    def __init__(self, state: Dict[str, Any]) -> None:
+        self._state = state
+
+    def __enter__(self) -> int:
+        self._state["thread_lock"].acquire()
+        fcntl.flock(self._state["fd"], fcntl.LOCK_EX)
+        return self._state["fd"]
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self._state["fd"], fcntl.LOCK_UN)
+        self._state["thread_lock"].release()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _read_error(source: str, operation: str, error: OSError) -> DataFileError:
+    if isinstance(error, PermissionError):
+        return DataFilePermissionError(
+            source, f"cannot {operation} {source}: {error}. Check that this user may read the file."
+        )
+    attempts = getattr(error, "attempts", 1)
+    seconds = getattr(error, "seconds", 0.0)
+    tried = f" after {attempts} attempts over {seconds:.1f} s" if attempts > 1 else ""
+    hint = (
+        " The volume may be unavailable; retries= and retry_seconds= set how long to keep trying, and "
+        "on_error='skip' skips files that cannot be read."
+    )
+    return DataFileError(source, f"cannot {operation} {source}{tried}: {error}.{hint}")

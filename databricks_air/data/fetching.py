@@ -1,0 +1,54 @@
+"""Fetching files in order with several I/O threads, so that one worker hides the latency of a slow volume.
+
+A network mount answers each file after milliseconds of latency, during which a process would sit idle; with
+``threads`` requests in flight, one worker process reads ``threads`` files at a time while still handing them out
+in order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Deque, Iterable, Iterator, Tuple, TypeVar, Union
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def fetch_in_order(
+    items: Iterable[T], fetch: Callable[[T], R], threads: int, lookahead: int
+) -> Iterator[Tuple[T, Union[R, BaseException]]]:
+    """Yield ``(item, fetch(item))`` in the order of ``items``, or ``(item, error)`` when ``fetch`` raised.
+
+    With ``threads`` > 1, up to ``lookahead`` items are being fetched ahead of the one handed out. Closing the
+    generator early cancels what has not started and waits for what has.
+    """
+    if threads <= 1:
+        for item in items:
+            try:
+                yield item, fetch(item)
+            except Exception as error:  # handed to the caller, which decides to raise or skip
+                yield item, error
+        return
+    source = iter(items)
+    pending: Deque[Tuple[T, Future]] = deque()
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="air-data-fetch")
+    try:
+        for item in source:
+            pending.append((item, pool.submit(fetch, item)))
+            if len(pending) >= lookahead:
+                break
+        while pending:
+            item, future = pending.popleft()
+            following = next(source, _END)
+            if following is not _END:
+                pending.append((following, pool.submit(fetch, following)))
+            error = future.exception()
+            yield (item, error) if error is not None else (item, future.result())
+    finally:
+        for _, future in pending:
+            future.cancel()
+        pool.shutdown(wait=True)
+
+
+_END = object()
