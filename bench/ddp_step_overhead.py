@@ -36,7 +36,7 @@ from typing import Any, Dict, List
 CPU_RANKS = 2
 # (hidden width, batch per rank, timed steps, warm-up steps); the GPU loop's steps take about a millisecond, so
 # a per-step cost of ours would show.
-SHAPES = {"cpu": (256, 64, 300, 30), "gpu": (2048, 512, 600, 60)}
+SHAPES = {"cpu": (256, 64, 300, 30), "gpu": (2048, 512, 2000, 100)}
 REPEATS = 3
 
 

@@ -59,20 +59,36 @@ if [[ -n "$wheel_dir" ]]; then
     fi
     site="$scratch/site"
     mkdir -p "$site"
-    say "installing ${#wheels[@]} wheel(s) from $wheel_dir into $site"
+    # This project's wheel must install; the others (deepspeed and what it needs) are optional: if they fail,
+    # the DeepSpeed check says so and the rest still runs.
+    ours=() extras=()
+    for wheel in "${wheels[@]}"; do
+        case "$(basename "$wheel")" in
+            databricks_air_oss-*) ours+=("$wheel") ;;
+            *) extras+=("$wheel") ;;
+        esac
+    done
+    if [[ ${#ours[@]} -ne 1 ]]; then
+        say "expected exactly one databricks_air_oss-*.whl in $wheel_dir, found ${#ours[@]}"
+        exit 2
+    fi
     if [[ "${GPU_CHECK_NO_PIP:-0}" != "1" ]] && "$python" -m pip --version >>"$log" 2>&1; then
-        PIP_DISABLE_PIP_VERSION_CHECK=1 "$python" -m pip install --no-index --no-deps --no-compile \
-            --target "$site" "${wheels[@]}" >>"$log" 2>&1
-        status=$?
+        install() {
+            PIP_DISABLE_PIP_VERSION_CHECK=1 "$python" -m pip install --no-index --no-deps --no-compile \
+                --target "$site" "$@" >>"$log" 2>&1
+        }
     else
         say "no pip for $python: unpacking the wheels directly"
-        "$python" "$here/_unpack_wheels.py" "$site" "${wheels[@]}" >>"$log" 2>&1
-        status=$?
+        install() { "$python" "$here/_unpack_wheels.py" "$site" "$@" >>"$log" 2>&1; }
     fi
-    if [[ $status -ne 0 ]]; then
-        say "installing the wheels failed (status $status); the log says why:"
+    say "installing $(basename "${ours[0]}") and ${#extras[@]} other wheel(s) into $site"
+    if ! install "${ours[0]}"; then
+        say "installing ${ours[0]} failed; the log says why:"
         tail -n 30 "$log"
         exit 2
+    fi
+    if [[ ${#extras[@]} -gt 0 ]] && ! install "${extras[@]}"; then
+        say "installing the other wheels failed (see the log); checks that need them will say so"
     fi
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
