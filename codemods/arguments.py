@@ -52,6 +52,7 @@ exit codes:
   2  usage error: an unknown option or rule code, a bad combination of options
   3  at least one file could not be processed (unreadable, not UTF-8, broken JSON, an internal error) or written;
      every other file was still processed
+  130 interrupted (Ctrl-C): files already written are complete, the others unchanged
 """
 
 

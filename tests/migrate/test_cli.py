@@ -256,3 +256,21 @@ def test_todo_comments_mark_a_blocked_file_and_the_summary_says_it_was_not_conve
     path.write_text(BLOCKED)
     assert main(["--partial", str(path)]) == 0
     assert capsys.readouterr().err.endswith("1 changed (3 change(s)), 1 item(s) need a person, 0 failed\n")
+
+
+def test_ctrl_c_leaves_every_file_whole_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.py").write_text(SCRIPT)
+    (tmp_path / "b.py").write_text(SCRIPT)
+    real = runner.migrate_file
+
+    def interrupted(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("b.py"):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "migrate_file", interrupted)
+    assert main([str(tmp_path)]) == 130
+    assert (tmp_path / "a.py").read_text() == SCRIPT_AFTER and (tmp_path / "b.py").read_text() == SCRIPT
+    assert "interrupted; files already written are complete, the others are unchanged" in capsys.readouterr().err
