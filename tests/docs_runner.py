@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -36,6 +37,9 @@ def main(blocks_path: str) -> int:
     with open(blocks_path, encoding="utf-8") as stream:
         spec = json.load(stream)
     page = spec["page"]
+    # As in a notebook kernel, Ctrl-C raises KeyboardInterrupt; a shell that starts us in the background would
+    # otherwise hand us SIGINT ignored, and the pages' interrupt examples would wait for nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     namespace: Dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
     for block in spec["blocks"]:
         where = f"{page}, block {block['number']} (line {block['line']}, {block['language']})"
