@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import warnings
 
-from databricks.air import __version__, distributed
+from databricks.air import __version__, distributed, ray_init, ray_launch
 
-__all__ = ["distributed", "__version__"]
+__all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 
 # Warned once per process tree: ranks inherit the variable, so they do not repeat the warning.
 _WARNED_VARIABLE = "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"

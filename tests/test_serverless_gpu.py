@@ -34,6 +34,59 @@ def test_the_top_level_names_are_the_same_objects() -> None:
     assert serverless_gpu.__version__ == databricks.air.__version__
 
 
+def test_the_ray_names_are_the_same_objects() -> None:
+    import serverless_gpu
+    import serverless_gpu.ray
+
+    import databricks.air.ray
+
+    assert (serverless_gpu.ray_launch, serverless_gpu.ray_init) == (databricks.air.ray_launch, databricks.air.ray_init)
+    assert serverless_gpu.ray.__all__ == ["ray_init", "ray_launch"]
+    for name in serverless_gpu.ray.__all__:
+        assert getattr(serverless_gpu.ray, name) is getattr(databricks.air.ray, name)
+
+
+OLD_RAY_LAUNCH = """
+    import warnings
+    warnings.simplefilter("always")
+    from serverless_gpu.ray import ray_launch
+    from serverless_gpu.exceptions import RuntimeConfigurationError
+
+    def job():
+        return 1
+
+    with warnings.catch_warnings(record=True) as record:
+        both = ray_launch(gpus=8, gpu_type="h100", remote=True)(job)  # line 11
+        name_only = ray_launch(num_accelerators=8, gpu_type="GPU_8xH100", remote=True)(job)  # line 12
+        value_only = ray_launch(num_accelerators=1, accelerator_type="a10", remote=True)(job)  # line 13
+        new_names = ray_launch(num_accelerators=16, accelerator_type="GPU_8xH100", remote=True)(job)  # line 14
+    for w in record:
+        print(w.category.__name__, w.lineno, str(w.message))
+    print("SHAPES", both.accelerator_type.value, name_only.accelerator_type.value, value_only.accelerator_type.value)
+    try:
+        ray_launch(gpus=8, num_accelerators=8)
+    except RuntimeConfigurationError as error:
+        print("REFUSED", error)
+"""
+
+
+def test_ray_launch_gets_the_same_deprecation_warnings_as_distributed(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    script = tmp_path / "old_ray_notebook.py"
+    script.write_text(textwrap.dedent(OLD_RAY_LAUNCH))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    warned = [line for line in done.stdout.splitlines() if line.startswith("FutureWarning")]
+    assert [line.split(" ", 2)[1] for line in warned] == ["11", "11", "12", "13"]
+    assert "use num_accelerators=8 in @ray_launch instead" in warned[0]
+    assert "The gpu_type parameter and its value 'h100' are deprecated" in warned[1]
+    assert 'accelerator_type="GPU_8xH100" in @ray_launch' in warned[1]
+    assert 'The gpu_type parameter is deprecated; use accelerator_type="GPU_8xH100" in @ray_launch' in warned[2]
+    assert "accelerator_type='a10' uses a deprecated GPU type" in warned[3]
+    assert 'accelerator_type="GPU_1xA10" in @ray_launch' in warned[3]
+    assert "SHAPES GPU_8xH100 GPU_8xH100 GPU_1xA10" in done.stdout
+    assert "REFUSED @ray_launch: cannot combine num_accelerators=8 with the deprecated gpus=8" in done.stdout
+
+
 def test_exceptions_are_caught_across_both_names() -> None:
     from serverless_gpu.exceptions import GPUTypeError
 

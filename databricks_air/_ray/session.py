@@ -66,7 +66,7 @@ def ensure_connected() -> None:
             "address starts a Ray instance on this machine."
         )
     try:
-        ray_init(address=address)
+        ray_init()  # Ray reads RAY_ADDRESS itself
     except ConnectionError as error:
         raise RayConnectionError(
             f"cannot connect to the Ray cluster at {ADDRESS_VARIABLE}={address}: {error}. Check the address, or "

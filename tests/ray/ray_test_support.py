@@ -46,15 +46,21 @@ def wait_until(predicate: Callable[[], Any], timeout: float) -> bool:
     return bool(predicate())
 
 
-def processes_with_marker(marker: str) -> List[Any]:
-    """Live processes whose environment has ``AIR_TEST_MARKER=<marker>``."""
+def processes_with_marker(marker: str) -> List[str]:
+    """Live processes whose environment has ``AIR_TEST_MARKER=<marker>``, as ``pid: command line``.
+
+    The local engine's rank server is not counted: it is meant to stay, warm, for the next local call.
+    """
     import psutil
 
     found = []
     for process in psutil.process_iter():
         try:
-            if process.environ().get("AIR_TEST_MARKER") == marker and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
+            if process.environ().get("AIR_TEST_MARKER") != marker or process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            command = " ".join(process.cmdline())
+            if "databricks.air._engine.rank_server" not in command:
+                found.append(f"{process.pid}: {command[:200]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found

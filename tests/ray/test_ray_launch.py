@@ -1,0 +1,75 @@
+"""``@ray_launch``: a Ray cluster over the ranks of a call, the function run once as its driver, nothing left after."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+
+import cloudpickle
+import pytest
+
+from ray_test_support import processes_with_marker, wait_until
+from databricks.air import ray_launch
+from databricks.air.exceptions import GPUTypeError, RuntimeConfigurationError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this test module
+
+
+def squares_on_the_cluster(n: int) -> dict:
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def square(x: int) -> int:
+        return x * x
+
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    return {
+        "total": sum(ray.get([square.remote(i) for i in range(n)])),
+        "nodes": len(nodes),
+        "node_ip": nodes[0]["NodeManagerAddress"],
+        "address": os.environ["RAY_ADDRESS"],
+    }
+
+
+def test_rank_0_drives_a_ray_job_on_the_cluster_of_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = "ray-launch-test"
+    monkeypatch.setenv("AIR_TEST_MARKER", marker)  # every rank, and every Ray process it starts, inherits it
+    job = ray_launch(num_accelerators=2, accelerator_type="CPU", timeout=300)(squares_on_the_cluster)
+    values = job.distributed(4)
+    assert values[1] is None
+    assert values[0]["total"] == 0 + 1 + 4 + 9
+    assert values[0]["nodes"] == 1  # one machine: one node, started by rank 0
+    assert values[0]["node_ip"] == "127.0.0.1"
+    assert values[0]["address"].startswith("127.0.0.1:")
+    # The cluster it started is gone: no Ray process, no rank, nothing listening on its head port.
+    assert wait_until(lambda: not processes_with_marker(marker), 20), processes_with_marker(marker)
+
+
+def test_arguments_are_checked_against_the_users_signature() -> None:
+    job = ray_launch(num_accelerators=2, accelerator_type="CPU", timeout=60)(squares_on_the_cluster)
+    with pytest.raises(TypeError):
+        job.distributed(1, 2)
+    assert "squares_on_the_cluster" in repr(job)
+
+
+def test_ray_launch_has_the_decorators_validation_and_deprecations(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.warns(FutureWarning, match=r"use num_accelerators=2 in @ray_launch") as record:
+        job = ray_launch(gpus=2, accelerator_type="CPU")(squares_on_the_cluster)
+    assert record[0].filename == __file__  # attributed to the user's line
+    assert job.num_accelerators == 2
+    with pytest.raises(RuntimeConfigurationError, match="cannot combine"):
+        ray_launch(gpus=2, num_accelerators=2)
+    with pytest.raises(GPUTypeError):
+        ray_launch(num_accelerators=2, accelerator_type="TPU")
+    with pytest.raises(RuntimeConfigurationError, match="timeout"):
+        ray_launch(timeout=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with caplog.at_level(logging.WARNING, logger="databricks.air"):
+            ray_launch(num_accelerators=1, accelerator_type="CPU", timeout=60)(squares_on_the_cluster)
+    assert "one rank" in caplog.text
+    with pytest.raises(RuntimeConfigurationError, match="already decorated"):
+        ray_launch(num_accelerators=2, accelerator_type="CPU")(job)
