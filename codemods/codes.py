@@ -16,7 +16,6 @@ EXTRA_CODES: Dict[str, str] = {
     "AM105": "reported: a literal count with no accelerator type for its model (e.g. 4 x H100)",
     "AM106": "reported: a GPU type string that is not an old model name as written",
     "AM107": "reported: a computed GPU type string",
-    "AM110": "a %pip/!pip install of serverless_gpu: reported; rewritten with --fix-pip (other packages kept)",
     "AM901": "reported: a notebook cell skipped (a non-Python cell magic, a multi-line magic)",
     "AM902": "reported: a cell that is not valid Python (e.g. a bare `pip install` line) is skipped",
 }
