@@ -53,10 +53,12 @@ class GPUType(enum.Enum):
 
     @classmethod
     def values(cls) -> List[str]:
+        """The members' values: ``["h100_80gb", "a10", "b300"]``."""
         return [member.value for member in cls]
 
     @classmethod
     def names(cls) -> List[str]:
+        """The members' names in lower case, as error messages list them: ``["h100", "a10", "b300"]``."""
         return [member.name.lower() for member in cls]
 
 
@@ -88,10 +90,12 @@ class AcceleratorType(enum.Enum):
 
     @property
     def gpu_type(self) -> Optional[GPUType]:
+        """The GPU model of this shape (``GPUType.H100`` for ``GPU_8xH100``); ``None`` for ``CPU``."""
         return _SHAPES[self][0]
 
     @property
     def gpus_per_node(self) -> Optional[int]:
+        """The number of GPUs a node of this shape has (8 for ``GPU_8xH100``); ``None`` for ``CPU``."""
         return _SHAPES[self][1]
 
     @classmethod

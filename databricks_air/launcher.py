@@ -57,6 +57,7 @@ class DistributedFunction:
         gpus_per_node: GPUs per node of that shape.
         remote: whether the function runs off this machine.
         timeout: seconds the whole call may take, or ``None``.
+        last_log_dir: the log folder of the latest call (``rank_<r>.txt`` per rank), ``None`` before the first.
     """
 
     def __init__(
@@ -85,16 +86,23 @@ class DistributedFunction:
 
     @property
     def num_accelerators(self) -> int:
+        """The number of ranks a call runs (``gpus`` is its old name)."""
         return self.gpus
 
     @property
     def accelerator_type(self) -> Optional[AcceleratorType]:
+        """The resolved :class:`AcceleratorType`.
+
+        The attached shape; ``AcceleratorType.CPU`` for CPU ranks; ``None`` for GPU models the reference has no
+        shape for (H200, A100...).
+        """
         if self._shape is None and self.gpu_type is not None:
             return AcceleratorType.from_gpu_type(self.gpu_type, self.gpus)
         return self._shape
 
     @property
     def gpus_per_node(self) -> int:
+        """GPUs per node of the resolved shape; the number of ranks for CPU ranks or a model without a shape."""
         if self.gpu_type is not None:
             return get_gpus_per_node(self.gpu_type, self.gpus)
         return self.gpus  # CPU ranks, or a GPU model without a shape: one node

@@ -83,7 +83,8 @@ class UCVolumeDataset(IterableDataset):
             ``"none"`` gives each file to exactly one rank (shares may then differ by one, which hangs DDP).
         batch_size: the batch size of a plain ``torch.utils.data.DataLoader`` around this dataset; not needed
             with :class:`databricks.air.data.DataLoader`, which sets it.
-        rank, world_size: this process's rank and the number of ranks (default: from ``torch.distributed``).
+        rank: this process's rank (default: from ``torch.distributed``).
+        world_size: the number of ranks (default: from ``torch.distributed``).
         cache: copy files to local disk before yielding them: ``"auto"`` (default) when the folder is not on a
             local disk (a FUSE or network mount, ``/Volumes``), ``True`` always, ``False`` never.
         cache_dir: where the local copies go (default ``DATABRICKS_AIR_DATA_CACHE_DIR``, else the temp folder).
@@ -91,8 +92,8 @@ class UCVolumeDataset(IterableDataset):
         min_free_bytes: evict copies rather than leave less free on the cache's disk (default
             ``SGC_FSLAYER_MIN_FREE_DISK_BYTES``, else 10 % of that disk).
         io_threads: files each worker copies at the same time (hides the latency of a network volume).
-        retries, retry_seconds: attempts and total time for a transient read error (a missing file or a
-            permission error is never retried).
+        retries: attempts for a transient read error (a missing file or a permission error is never retried).
+        retry_seconds: the most time spent retrying a transient read error.
         on_error: ``"raise"`` (default), or ``"skip"``: a file that cannot be read after its retries is logged,
             recorded in the state, and its slot is filled with another file, so every rank keeps its count.
         verify_ranks: at the start of each pass, check that all ranks list the same files and plan the same
