@@ -20,14 +20,35 @@ from typing import List, Pattern, Set, Tuple
 
 from air_migrate.rules.base import PrefixStatement
 
-TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "gpus", "gpu_type")
-"""A file (or cell) none of these appear in cannot hold anything a rule changes."""
+TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType")
+"""A file (or cell) that holds none of these, nor an old keyword argument, has nothing a rule changes."""
+_KEYWORD_WORDS = ("gpus", "gpu_type")
+# The old keywords count only as keyword arguments: `num_gpus = 8` or `--gpus` in ML code are no reason to parse.
+_KEYWORDS = re.compile(r"\b(?:gpus|gpu_type)\s*=(?!=)")
+_KEYWORDS_BYTES = re.compile(_KEYWORDS.pattern.encode())
+# pip names are case-insensitive: `%pip install Serverless-GPU` is worth a look too.
+_ANY_CASE_BYTES = re.compile(rb"serverless[-_.]gpu", re.IGNORECASE)
 _PACKAGES = ("serverless_gpu", "databricks.air")
 
 
 def mentions_any(data: bytes) -> bool:
-    """The cheap check on a file's bytes, before anything is decoded or parsed."""
-    return any(word.encode() in data for word in TRIGGER_WORDS)
+    """The cheap check on a file's bytes, before anything is decoded or parsed.
+
+    Plain substring tests come first, so a file with nothing to migrate costs a few scans of its bytes; the
+    regular expressions only run on files that hold one of their literal words.
+    """
+    if any(word.encode() in data for word in TRIGGER_WORDS):
+        return True
+    if any(word.encode() in data for word in _KEYWORD_WORDS) and _KEYWORDS_BYTES.search(data):
+        return True
+    return (b"erverless" in data or b"ERVERLESS" in data) and _ANY_CASE_BYTES.search(data) is not None
+
+
+def mentions(text: str) -> bool:
+    """The same check on a cell's text (the names bound by earlier cells aside)."""
+    if any(word in text for word in TRIGGER_WORDS):
+        return True
+    return any(word in text for word in _KEYWORD_WORDS) and _KEYWORDS.search(text) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +69,7 @@ class ImportContext:
 
     def mentions(self, text: str) -> bool:
         """The cell's text holds a trigger word, so its Python is worth parsing."""
-        return any(word in text for word in TRIGGER_WORDS) or bool(self._bound and self._pattern.search(text))
+        return mentions(text) or bool(self._bound and self._pattern.search(text))
 
     def add(self, cell: int, text: str) -> None:
         """Take in the module-level imports of a cell's (masked) Python text."""

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence
 
 import libcst
 
-from air_migrate.cell_context import TRIGGER_WORDS, ImportContext, mentions_any
+from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate.results import FileResult, Record
 from air_migrate.rules.am108_gpu_type_members import OPAQUE_TEXTS
 from air_migrate.rules.am110_pip_installs import validate_pip_package
@@ -38,10 +38,6 @@ from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 
 __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 
-
-def mentions(text: str) -> bool:
-    """The text holds one of the words a rule can act on."""
-    return any(word in text for word in TRIGGER_WORDS)
 
 
 @dataclasses.dataclass
@@ -135,7 +131,7 @@ def _parse_cells(
                     "such as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand",
                     max(line - prefix.count("\n"), 1), column, attention=True)
             continue
-        cell_context = CellContext(cell.number, prefix.count("\n"), statements, scratch)  # type: ignore[arg-type]
+        cell_context = CellContext(cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text)
         parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
         context.add(cell.number, cell.text)
     return parsed

@@ -20,7 +20,7 @@ from typing import Optional, Set, Tuple, Union
 
 import libcst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
 
 from air_migrate.rules.base import CellContext, Rule, register
 
@@ -46,13 +46,14 @@ def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
 class ImportsRule(Rule):
     CODE = "AM101"
     DESCRIPTION = "serverless_gpu imports become databricks.air imports (aliases kept; guarded ones reported)"
-    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, ScopeProvider)
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__(context)
         self._new_imports: Set[Tuple[str, Optional[str]]] = set()
         self._import_depth = 0
         self._reported_strings: Set[libcst.SimpleString] = set()
+        self._guarded_imports: Optional[Set[libcst.CSTNode]] = None
 
     # --- what the cell already imports from databricks.air -------------------------------------------------------
 
@@ -135,9 +136,10 @@ class ImportsRule(Rule):
             return updated_node
         # `import serverless_gpu.data` binds the dotted name: look up the whole chain this name starts.
         chain: libcst.CSTNode = original_node
-        parent = self.get_metadata(ParentNodeProvider, chain, None)
-        while isinstance(parent, libcst.Attribute) and parent.value is chain:
-            chain, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        for parent in reversed(self.ancestors[:-1]):
+            if not isinstance(parent, libcst.Attribute) or parent.value is not chain:
+                break
+            chain = parent
         dotted = (get_full_name_for_node(chain) or OLD).split(".")
         bindings = set()
         while dotted and not bindings:  # the longest prefix that is bound: serverless_gpu.data, then serverless_gpu
@@ -171,14 +173,37 @@ class ImportsRule(Rule):
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
         """Under ``try`` or ``if``: the import may be a fallback the author wants to keep."""
-        parent = self.get_metadata(ParentNodeProvider, node, None)
-        while parent is not None:
-            if isinstance(parent, (libcst.Try, libcst.If, libcst.TryStar)):
-                return True
-            if isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
-                return False
-            parent = self.get_metadata(ParentNodeProvider, parent, None)
-        return False
+        if self._guarded_imports is None:
+            finder = _GuardedImports()
+            self.module.visit(finder)
+            self._guarded_imports = finder.found
+        return node in self._guarded_imports
+
+
+class _GuardedImports(libcst.CSTVisitor):
+    """The imports under a ``try`` or an ``if`` (of their own function or class), found by walking statements only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Set[libcst.CSTNode] = set()
+        self._depths = [0]
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        if isinstance(node, (libcst.Import, libcst.ImportFrom)):
+            if self._depths[-1]:
+                self.found.add(node)
+            return False
+        if isinstance(node, libcst.BaseExpression):
+            return False  # expressions hold no statements
+        if isinstance(node, (libcst.FunctionDef, libcst.ClassDef)):
+            self._depths.append(0)
+        elif isinstance(node, (libcst.Try, libcst.TryStar, libcst.If)):
+            self._depths.append(self._depths[-1] + 1)
+        return True
+
+    def on_leave(self, original_node: libcst.CSTNode) -> None:
+        if isinstance(original_node, (libcst.FunctionDef, libcst.ClassDef, libcst.Try, libcst.TryStar, libcst.If)):
+            self._depths.pop()
 
 
 def _asname(alias: libcst.ImportAlias) -> Optional[str]:

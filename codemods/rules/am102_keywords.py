@@ -12,7 +12,7 @@ Safety: safe; ``databricks.air`` takes the new names with the same meaning.
 from __future__ import annotations
 
 import libcst
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import PositionProvider, ScopeProvider
 
 from air_migrate.rules.base import Rule, register
 from air_migrate.rules.targets import is_launch_call
@@ -24,7 +24,7 @@ RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}
 class KeywordsRule(Rule):
     CODE = "AM102"
     DESCRIPTION = "gpus= and gpu_type= become num_accelerators= and accelerator_type= on distributed/ray_launch (safe)"
-    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
         if not is_launch_call(self.get_metadata, original_node):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import libcst
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import PositionProvider, ScopeProvider
 
 from air_migrate.rules.accelerator_types import NEW_TYPES, OLD_MODELS, accelerator_type_for
 from air_migrate.rules.base import Rule, register
@@ -46,7 +46,7 @@ def unmappable(model: str, count: Optional[int], shown: str = "") -> Tuple[str, 
 class GpuTypesRule(Rule):
     CODE = "AM103"
     DESCRIPTION = 'GPU type strings ("H100"...) become accelerator types ("GPU_8xH100"...) where the count is known (safe)'
-    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
         if not is_launch_call(self.get_metadata, original_node):

@@ -32,14 +32,20 @@ from libcst.metadata import (
     ImportAssignment,
     ParentNodeProvider,
     PositionProvider,
-    QualifiedNameProvider,
     ScopeProvider,
 )
 
 from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for
 from air_migrate.rules.am103_gpu_types import unmappable
 from air_migrate.rules.base import CellContext, Rule, register
-from air_migrate.rules.targets import NEW_MODULE, OLD_MODULE, TYPE_KEYWORDS, is_launch_call, literal_count
+from air_migrate.rules.targets import (
+    NEW_MODULE,
+    OLD_MODULE,
+    TYPE_KEYWORDS,
+    is_launch_call,
+    literal_count,
+    qualified_names,
+)
 
 OLD_CLASS = "GPUType"
 NEW_CLASS = "AcceleratorType"
@@ -74,7 +80,7 @@ class _Note:
 class GpuTypeMembersRule(Rule):
     CODE = "AM108"
     DESCRIPTION = "GPUType.X becomes AcceleratorType.Y (the table of the strings), its import adjusted (safe)"
-    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, QualifiedNameProvider, ScopeProvider)
+    METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, ScopeProvider)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__(context)
@@ -86,6 +92,8 @@ class GpuTypeMembersRule(Rule):
 
     def survey(self, module: libcst.Module) -> None:
         plan: Dict[Tuple[int, int], _Binding] = self.context.file.setdefault(_PLAN, {})
+        if self.context.text and OLD_CLASS not in self.context.text:
+            return  # no GPUType here, nor any import of it (an alias is imported under its own name)
         for origin, assignment in self._gpu_type_imports():
             binding = plan.setdefault(origin, _Binding(assignment.name))
             for access in assignment.references:
@@ -255,7 +263,7 @@ class GpuTypeMembersRule(Rule):
     # --- helpers -------------------------------------------------------------------------------------------------
 
     def _is_old_class(self, node: libcst.CSTNode) -> bool:
-        names = self.get_metadata(QualifiedNameProvider, node, set())
+        names = qualified_names(self.get_metadata, node)
         return bool(names) and all(name.name in OLD_CLASSES for name in names)
 
     def _member_access(self, node: libcst.CSTNode) -> Optional[libcst.Attribute]:

@@ -70,6 +70,8 @@ class CellContext:
     prefix: Tuple[PrefixStatement, ...] = ()
     file: Dict[str, Any] = dataclasses.field(default_factory=dict)
     """Scratch shared by the rules of every cell of one file; fresh for each file, so nothing leaks between files."""
+    text: str = ""
+    """The parsed text, prefix included (empty when unknown), for rules to skip cheaply what cannot concern them."""
 
     def origin(self, line: int) -> Tuple[int, int]:
         """``(cell, line in that cell)`` for a 1-based line of the parsed text (prefix included)."""
@@ -98,6 +100,9 @@ class Rule(libcst.CSTTransformer):
         self.findings: List[Finding] = []
         self.module: libcst.Module = _EMPTY_MODULE
         """The parsed cell, set by the pass that runs the rule (report snippets are printed with its settings)."""
+        self.ancestors: List[libcst.CSTNode] = []
+        """During the traversal: the original nodes from the module down to the node being visited or left (last),
+        kept by the pass at no extra cost (``ParentNodeProvider`` walks the whole cell once more)."""
 
     def survey(self, module: libcst.Module) -> None:
         """Called on every cell of a file before any cell is transformed (metadata resolved); by default nothing."""

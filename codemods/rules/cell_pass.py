@@ -18,7 +18,7 @@ those markers, for a file whose changes are held back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, List, Optional, Sequence, Type, Union
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
 from libcst.metadata import MetadataWrapper, ProviderT
@@ -53,14 +53,16 @@ class PreparedCell:
         self.rules = [rule_type(self.context) for rule_type in rule_types]
         self._findings: List[Finding] = []
         providers: List[ProviderT] = []
+        self._ancestors: List[libcst.CSTNode] = []
         for rule in self.rules:
             rule.findings = self._findings  # one channel, in report order
+            rule.ancestors = self._ancestors
             rule.module = module
             providers.extend(p for p in rule.get_inherited_dependencies() if p not in providers)
         self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
-        metadata = self._wrapper.resolve_many(providers) if providers else {}
+        metadata = _LazyMetadata(self._wrapper, providers)
         for rule in self.rules:
-            rule.metadata = metadata
+            rule.metadata = metadata  # type: ignore[assignment]
         self._skip: FrozenSet[libcst.CSTNode] = frozenset(module.body[: len(self.context.prefix)])
 
     def survey(self) -> None:
@@ -86,6 +88,29 @@ def run_rules(rule_types: Sequence[Type[Rule]], module: libcst.Module, todo_comm
     return cell.run(todo_comments)
 
 
+class _LazyMetadata(Mapping):  # type: ignore[type-arg]
+    """The rules' metadata, each provider computed the first time a rule asks for it (scopes and qualified names
+    cost more than parsing: a cell where no rule needs them never pays for them)."""
+
+    def __init__(self, wrapper: MetadataWrapper, providers: Sequence[ProviderT]) -> None:
+        self._wrapper = wrapper
+        self._providers = tuple(providers)
+
+    def __getitem__(self, provider: ProviderT) -> Mapping:  # type: ignore[type-arg]
+        if provider not in self._providers:
+            raise KeyError(provider)
+        return self._wrapper.resolve(provider)
+
+    def __contains__(self, provider: object) -> bool:
+        return provider in self._providers
+
+    def __iter__(self) -> Iterator[ProviderT]:
+        return iter(self._providers)
+
+    def __len__(self) -> int:
+        return len(self._providers)
+
+
 class _Traversal(libcst.CSTTransformer):
     """Dispatches each node to every rule in turn, and claims findings for the statements that hold them."""
 
@@ -103,6 +128,7 @@ class _Traversal(libcst.CSTTransformer):
             return False
         if isinstance(node, STATEMENTS):
             self._statement_starts.append(len(self._cell._findings))
+        self._cell._ancestors.append(node)
         # Children are visited unless every rule declines them (a rule declining alone still sees them).
         wanted = [rule.on_visit(node) for rule in self._rules]
         return any(wanted) or not wanted
@@ -117,6 +143,7 @@ class _Traversal(libcst.CSTTransformer):
             result = rule.on_leave(original_node, result)  # type: ignore[arg-type]
             if type(result) is not type(original_node):
                 break
+        self._cell._ancestors.pop()
         if isinstance(original_node, STATEMENTS):
             result = self._claim(original_node, result)
         return result

@@ -7,10 +7,10 @@ or a plain call, resolved by scope through any import form or alias, never by sp
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Collection, Dict, Optional
 
 import libcst
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import QualifiedName, ScopeProvider
 
 OLD_MODULE = "serverless_gpu"
 NEW_MODULE = "databricks.air"
@@ -26,12 +26,20 @@ MetadataGetter = Callable[..., Any]
 """``Rule.get_metadata``: ``(provider, node, default)``."""
 
 
+def qualified_names(get_metadata: MetadataGetter, node: libcst.CSTNode) -> Collection[QualifiedName]:
+    """What a name or dotted name refers to, by scope (asked of the scope directly: libcst's
+    ``QualifiedNameProvider`` would first walk the whole cell to compute the same for every node)."""
+    scope = get_metadata(ScopeProvider, node, None)
+    return scope.get_qualified_names_for(node) if scope is not None else ()
+
+
 def is_launch_call(get_metadata: MetadataGetter, call: libcst.Call) -> bool:
     """True for ``distributed(...)``, ``ray_launch(...)`` (either package) and ``x.with_overrides(...)``."""
     if isinstance(call.func, libcst.Attribute) and call.func.attr.value == "with_overrides":
         return True
-    names = get_metadata(QualifiedNameProvider, call.func, set())
-    return any(name.name in LAUNCHERS for name in names)
+    if not isinstance(call.func, (libcst.Name, libcst.Attribute)):
+        return False
+    return any(name.name in LAUNCHERS for name in qualified_names(get_metadata, call.func))
 
 
 def keyword_args(call: libcst.Call) -> Dict[str, libcst.Arg]:

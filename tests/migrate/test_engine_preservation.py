@@ -159,12 +159,19 @@ def test_a_notebook_in_another_language_is_left_alone() -> None:
     [
         ("from databricks.air.compute import GPUType\nx = GPUType.A10\n", True),
         ("import torch.distributed as dist\ndist.init_process_group('gloo')\n", False),
+        ("num_gpus = 8\nparser.add_argument('--gpus', type=int)\nif gpu_type == 'a100': pass\n", False),
+        ("train.with_overrides(gpus = 2)\n", True),
     ],
 )
 def test_the_text_check_lets_through_what_a_rule_can_act_on(source: str, relevant: bool) -> None:
     result = migrate(source.encode())
     assert result.relevant is relevant
     assert bool(result.records) is relevant
+
+
+def test_a_pip_line_in_any_case_makes_a_notebook_worth_a_look() -> None:
+    result = migrate(_notebook([new_code_cell("%pip install Serverless-GPU")]), "nb.ipynb")
+    assert result.relevant and [r.code for r in result.records] == ["AM110"]
 
 
 def test_a_cell_that_only_uses_an_alias_from_an_earlier_cell_is_still_checked() -> None:
