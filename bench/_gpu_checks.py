@@ -50,8 +50,13 @@ def join_group(cuda: bool, framework: str = "torch") -> Any:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         device, backend = torch.device("cpu"), "gloo"
     if framework == "deepspeed":
+        if not cuda:
+            os.environ["DS_ACCELERATOR"] = "cpu"  # read when deepspeed is first imported
         import deepspeed
+        import deepspeed.ops
 
+        if not cuda:  # gloo's all-reduce, not a shared-memory C++ kernel compiled on first use (minutes here)
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         deepspeed.init_distributed(dist_backend=backend)
     else:
         dist.init_process_group(backend)
