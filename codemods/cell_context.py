@@ -37,11 +37,11 @@ def mentions_any(data: bytes) -> bool:
     Plain substring tests come first, so a file with nothing to migrate costs a few scans of its bytes; the
     regular expressions only run on files that hold one of their literal words.
     """
-    if any(word.encode() in data for word in TRIGGER_WORDS):
+    if b"erverless" in data and _ANY_CASE_BYTES.search(data):  # also `Serverless-GPU` on a pip line
         return True
-    if any(word.encode() in data for word in _KEYWORD_WORDS) and _KEYWORDS_BYTES.search(data):
+    if b"GPUType" in data:
         return True
-    return (b"erverless" in data or b"ERVERLESS" in data) and _ANY_CASE_BYTES.search(data) is not None
+    return b"gpu" in data and (b"gpus" in data or b"gpu_type" in data) and _KEYWORDS_BYTES.search(data) is not None
 
 
 def mentions(text: str) -> bool:

@@ -45,7 +45,10 @@ def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
 @register
 class ImportsRule(Rule):
     CODE = "AM101"
-    DESCRIPTION = "serverless_gpu imports become databricks.air imports (aliases kept; guarded ones reported)"
+    DESCRIPTION = (
+        "serverless_gpu imports become databricks.air imports, aliases kept (safe; import * flagged for review; "
+        "guarded and dynamic imports reported)"
+    )
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
@@ -169,6 +172,10 @@ class ImportsRule(Rule):
 
     def visit_SimpleString(self, node: libcst.SimpleString) -> None:
         if OLD in node.value and node not in self._reported_strings:
+            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+
+    def visit_FormattedString(self, node: libcst.FormattedString) -> None:
+        if any(isinstance(part, libcst.FormattedStringText) and OLD in part.value for part in node.parts):
             self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
 
     def _guarded(self, node: libcst.CSTNode) -> bool:

@@ -105,6 +105,7 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
             (2, 5, True, "a dynamic import of 'serverless_gpu.runtime' is left as it is: import databricks.air instead"),
         ),
         ('"""Trains with serverless_gpu."""\n', (1, 1, True, "a string mentions serverless_gpu; it is left as it is")),
+        ('x = f"{n} GPUs of serverless_gpu"\n', (1, 5, True, "a string mentions serverless_gpu; it is left as it is")),
     ],
 )
 def test_what_is_not_rewritten_is_reported(source: str, finding: tuple) -> None:
