@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from typing import Any, Dict, Iterator, Optional
 
@@ -27,6 +28,7 @@ from databricks.air.data.ranks import process_group
 
 __all__ = ["DataLoader", "default_num_workers"]
 
+_log = logging.getLogger("databricks.air.data")
 _TORCH_INIT = inspect.signature(torch.utils.data.DataLoader.__init__)
 _GENERIC_STATE_VERSION = 1
 
@@ -175,6 +177,10 @@ class DataLoader(torch.utils.data.DataLoader):
     def _receive(self, envelope: Envelope) -> Any:
         if self._volume is not None and envelope.skipped:
             self._volume._skipped.extend(envelope.skipped)
+            _log.warning(
+                "DataLoader: worker %d could not read %s and filled the slot(s) with another file (on_error='skip'; "
+                "recorded in state_dict()['skipped'])", envelope.worker_id, ", ".join(envelope.skipped),
+            )
         if envelope.dataset_state is not None:
             self._per_worker[envelope.worker_id] = envelope.dataset_state
         return envelope.batch
