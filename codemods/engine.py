@@ -145,19 +145,34 @@ def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[Li
     for cell in source.cells:
         if not cell.code:
             continue
-        fixable = False
-        for index, line in enumerate(cell.raw.splitlines(), start=1):
-            for rule in line_rules:
-                found = rule.check(line)
-                if found is None:
-                    continue
-                _record(result, source, cell, rule.CODE, found.message, index, found.column,
-                        attention=found.attention, review=found.review, end=(index, found.end_column),
-                        before=line, after=found.new_line)
-                fixable |= found.new_line is not None
-        if fixable:
+        hits = [
+            (index, line, rule, found)
+            for index, line in enumerate(cell.raw.splitlines(), start=1)
+            for rule in line_rules
+            for found in [rule.check(line)]
+            if found is not None
+        ]
+        if not hits or _magic_lines_are_text(source, cell):
+            continue
+        for index, line, rule, found in hits:
+            _record(result, source, cell, rule.CODE, found.message, index, found.column,
+                    attention=found.attention, review=found.review, end=(index, found.end_column),
+                    before=line, after=found.new_line)
+        if any(found.new_line is not None for *_, found in hits):
             fixes.append(cell.number)
     return fixes
+
+
+def _magic_lines_are_text(source: SourceFile, cell: Cell) -> bool:
+    """In a script or a Databricks Python cell that parses, a line that looks like a magic (or a ``# MAGIC`` line)
+    is inside a string or a comment: only a cell that does not parse can hold a bare magic line."""
+    if source.kind == "ipynb" or cell.text is None:
+        return False
+    try:
+        ast.parse(cell.text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _fix_lines(text: str, line_rules: Sequence[LineRule]) -> str:

@@ -40,7 +40,8 @@ class CellOutcome:
 
 
 class PreparedCell:
-    """A parsed cell with its rules instantiated and their metadata resolved, ready to be surveyed and run."""
+    """A parsed cell with its rules instantiated and their metadata at hand (each provider computed on first use),
+    ready to be surveyed and run."""
 
     def __init__(
         self, module: libcst.Module, rule_types: Sequence[Type[Rule]], context: Optional[CellContext] = None,
@@ -51,19 +52,21 @@ class PreparedCell:
         self.newline = newline
         """The cell's own line ending when it differs from the parsed text's default (for inserted lines)."""
         self.rules = [rule_type(self.context) for rule_type in rule_types]
-        self._findings: List[Finding] = []
+        self.findings: List[Finding] = []
+        """What every rule reported, in report order (one channel for all)."""
+        self.ancestors: List[libcst.CSTNode] = []
+        self.skipped: FrozenSet[libcst.CSTNode] = frozenset(module.body[: len(self.context.prefix)])
+        """The prefix's statements: never visited, never changed."""
         providers: List[ProviderT] = []
-        self._ancestors: List[libcst.CSTNode] = []
         for rule in self.rules:
-            rule.findings = self._findings  # one channel, in report order
-            rule.ancestors = self._ancestors
+            rule.findings = self.findings
+            rule.ancestors = self.ancestors
             rule.module = module
             providers.extend(p for p in rule.get_inherited_dependencies() if p not in providers)
         self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
         metadata = _LazyMetadata(self._wrapper, providers)
         for rule in self.rules:
             rule.metadata = metadata  # type: ignore[assignment]
-        self._skip: FrozenSet[libcst.CSTNode] = frozenset(module.body[: len(self.context.prefix)])
 
     def survey(self) -> None:
         """Let every rule look at the cell before any cell of the file is changed."""
@@ -74,7 +77,7 @@ class PreparedCell:
         """Transform the cell with every rule in one traversal."""
         traversal = _Traversal(self, todo_comments)
         module = self.module.visit(traversal)
-        return CellOutcome(module, list(self._findings), traversal.marks)
+        return CellOutcome(module, list(self.findings), traversal.marks)
 
     def markers_only(self, marks: Dict[libcst.CSTNode, List[Finding]]) -> libcst.Module:
         """The cell as read, with only the TODO markers of ``marks`` added."""
@@ -124,11 +127,11 @@ class _Traversal(libcst.CSTTransformer):
         self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
-        if node in self._cell._skip:
+        if node in self._cell.skipped:
             return False
         if isinstance(node, STATEMENTS):
-            self._statement_starts.append(len(self._cell._findings))
-        self._cell._ancestors.append(node)
+            self._statement_starts.append(len(self._cell.findings))
+        self._cell.ancestors.append(node)
         # Children are visited unless every rule declines them (a rule declining alone still sees them).
         wanted = [rule.on_visit(node) for rule in self._rules]
         return any(wanted) or not wanted
@@ -136,14 +139,14 @@ class _Traversal(libcst.CSTTransformer):
     def on_leave(
         self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
     ) -> Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]:
-        if original_node in self._cell._skip:
+        if original_node in self._cell.skipped:
             return updated_node
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
         for rule in self._rules:
             result = rule.on_leave(original_node, result)  # type: ignore[arg-type]
             if type(result) is not type(original_node):
                 break
-        self._cell._ancestors.pop()
+        self._cell.ancestors.pop()
         if isinstance(original_node, STATEMENTS):
             result = self._claim(original_node, result)
         return result
@@ -161,7 +164,7 @@ class _Traversal(libcst.CSTTransformer):
         start = self._statement_starts.pop()
         findings = [
             (index, finding)
-            for index, finding in enumerate(self._cell._findings[start:], start=start)
+            for index, finding in enumerate(self._cell.findings[start:], start=start)
             if finding.attention and index not in self._claimed
         ]
         if not findings:

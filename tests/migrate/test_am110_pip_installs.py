@@ -147,3 +147,22 @@ def test_a_blocked_file_keeps_its_pip_lines_too() -> None:
     assert migrate_file("nb.py", source.encode(), RULES, fix_pip=True).migrated is None
     partial = migrate_file("nb.py", source.encode(), RULES, fix_pip=True, partial=True).migrated
     assert partial is not None and b"%pip install databricks-sdk-air\n" in partial
+
+
+def test_a_pip_line_inside_a_string_or_comment_of_python_code_is_text_not_a_magic() -> None:
+    source = (
+        '"""Set up with:\n%pip install serverless_gpu\n"""\n'
+        "# MAGIC %pip install serverless_gpu\n"
+        "import serverless_gpu\n"
+    )
+    for path, data in (("job.py", source), ("nb.py", "# Databricks notebook source\n" + source)):
+        result = migrate_file(path, data.encode(), RULES, fix_pip=True)
+        assert "AM110" not in [r.code for r in result.records]
+        assert result.migrated is not None and result.migrated.decode().count("%pip install serverless_gpu") == 2
+
+
+def test_a_bare_pip_line_in_a_databricks_python_cell_is_reported_and_fixed() -> None:
+    source = "# Databricks notebook source\n%pip install serverless_gpu\nimport os\n"
+    result = migrate_file("nb.py", source.encode(), RULES, fix_pip=True)
+    assert sorted(r.code for r in result.records) == ["AM110", "AM902"]
+    assert result.migrated == source.replace("serverless_gpu", "databricks-sdk-air").encode()

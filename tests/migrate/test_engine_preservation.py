@@ -209,3 +209,17 @@ def test_nothing_leaks_from_one_file_into_the_next() -> None:
     assert [r.code for r in first.records] == ["AM101", "AM108"]
     assert [r.code for r in second.records] == ["AM101"]
 
+
+
+def test_names_resolve_across_cells_from_the_imports_as_they_were_read() -> None:
+    source = (
+        "# Databricks notebook source\nimport serverless_gpu\n\n# COMMAND ----------\n\n"
+        "@serverless_gpu.distributed(gpus=2)\ndef f(): ...\n"
+    )
+    result = migrate(source.encode(), "nb.py")
+    assert result.migrated == source.replace("serverless_gpu", "databricks.air").replace(
+        "gpus=", "num_accelerators="
+    ).encode()
+    assert [(r.cell, r.line, r.column, r.code) for r in result.records] == [
+        (1, 2, 1, "AM101"), (2, 6, 2, "AM101"), (2, 6, 29, "AM102")
+    ]
