@@ -45,7 +45,9 @@ def unmappable(model: str, count: Optional[int], shown: str = "") -> Tuple[str, 
 @register
 class GpuTypesRule(Rule):
     CODE = "AM103"
-    DESCRIPTION = 'GPU type strings ("H100"...) become accelerator types ("GPU_8xH100"...) where the count is known (safe)'
+    DESCRIPTION = (
+        'GPU type strings ("H100"...) become accelerator types ("GPU_8xH100"...) where the count is known (safe)'
+    )
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:

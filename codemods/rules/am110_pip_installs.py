@@ -24,8 +24,8 @@ from air_migrate.rules.base import LineFinding, LineRule, register
 DATABRICKS_PACKAGE = "databricks-sdk-air"
 OPEN_PACKAGE = "databricks-air-oss"
 _INSTALL = re.compile(
-    r"^(?P<lead>[ \t]*(?:# MAGIC ?)?[ \t]*)[%!][ \t]*(?:(?:\{[^}]*\}|\S*python[\d.]*)[ \t]+-m[ \t]+)?pip3?[ \t]+install\b"
-    r"(?P<args>.*)$",
+    r"^(?P<lead>[ \t]*(?:# MAGIC ?)?[ \t]*)[%!][ \t]*"
+    r"(?:(?:\{[^}]*\}|\S*python[\d.]*)[ \t]+-m[ \t]+)?pip3?[ \t]+install\b(?P<args>.*)$",
     re.IGNORECASE,
 )
 _MENTION = re.compile(r"(?<![\w-])serverless[-_.]gpu(?![\w-])", re.IGNORECASE)

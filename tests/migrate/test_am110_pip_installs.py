@@ -27,9 +27,15 @@ def fixed(line: str, kind: str = "ipynb", package: Optional[str] = None) -> Opti
     [
         ("%pip install serverless_gpu", "%pip install databricks-air-oss"),
         ("!pip install -q serverless-gpu torch", "!pip install -q databricks-air-oss torch"),
-        ("%pip install   torch  Serverless_GPU==0.5.1   -U  # pinned", "%pip install   torch  databricks-air-oss   -U  # pinned"),
+        (
+            "%pip install   torch  Serverless_GPU==0.5.1   -U  # pinned",
+            "%pip install   torch  databricks-air-oss   -U  # pinned",
+        ),
         ("!pip3 install 'serverless_gpu>=0.4,<1' numpy", "!pip3 install 'databricks-air-oss' numpy"),
-        ('!{sys.executable} -m pip install "serverless.gpu[ray] ~= 0.5"', '!{sys.executable} -m pip install "databricks-air-oss[ray]"'),
+        (
+            '!{sys.executable} -m pip install "serverless.gpu[ray] ~= 0.5"',
+            '!{sys.executable} -m pip install "databricks-air-oss[ray]"',
+        ),
         ("  %pip install serverless_gpu", "  %pip install databricks-air-oss"),
         ("!python3 -m pip install serverless_gpu", "!python3 -m pip install databricks-air-oss"),
         ("%pip install serverless_gpu databricks-air-oss", "%pip install databricks-air-oss"),
@@ -65,7 +71,8 @@ def test_a_mention_that_is_not_a_requirement_is_reported_and_left() -> None:
     line = "%pip install git+https://github.com/acme/serverless_gpu.git"
     found = PipInstallsRule(FileOptions("ipynb", fix_pip=True)).check(line)
     assert found is not None and found.new_line is None and found.attention
-    assert found.column == line.index("serverless") + 1 == 42 and found.message.startswith("installs serverless_gpu in a form --fix-pip cannot")
+    assert found.column == line.index("serverless") + 1 == 42
+    assert found.message.startswith("installs serverless_gpu in a form --fix-pip cannot")
 
 
 @pytest.mark.parametrize("name", ["", "two words", "'quoted'", "pkg;rm -rf /", "-e ."])

@@ -72,4 +72,5 @@ def test_a_multi_line_finding_ends_where_its_node_ends() -> None:
     source = "from serverless_gpu import (\n    distributed,\n)\n"
     (record,) = migrate_file("job.py", source.encode(), RULES).records
     assert (record.line, record.column, record.end_line, record.end_column) == (1, 1, 3, 2)
-    assert record.before == source.rstrip("\n") and record.after == record.before.replace("serverless_gpu", "databricks.air")
+    assert record.before == source.rstrip("\n")
+    assert record.after == record.before.replace("serverless_gpu", "databricks.air")

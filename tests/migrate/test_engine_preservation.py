@@ -132,7 +132,8 @@ def test_notebook_cells_migrate_around_their_magics_which_come_back_exactly() ->
         "serverless_gpu",
         "# %%capture\nfrom databricks.air import distributed",  # a commented-out magic is a comment
         "%%capture out\n@distributed(num_accelerators=1, accelerator_type='GPU_1xH100')\ndef f(): ...",
-        "files = !ls\nif True:\n    %time f.distributed()\n    !echo serverless_gpu\n    distributed(num_accelerators=2)(f)",
+        "files = !ls\nif True:\n    %time f.distributed()\n    !echo serverless_gpu\n"
+        "    distributed(num_accelerators=2)(f)",
         *NOTEBOOK_CELLS[3:],
     ]
     before, after = json.loads(data), json.loads(result.migrated)
@@ -149,7 +150,8 @@ def test_skipped_notebook_cells_are_reported_only_when_they_mention_the_old_pack
 
 
 def test_a_notebook_in_another_language_is_left_alone() -> None:
-    data = _notebook([new_code_cell("library(serverless_gpu)")], kernelspec={"name": "ir", "language": "R", "display_name": "R"})
+    kernel = {"name": "ir", "language": "R", "display_name": "R"}
+    data = _notebook([new_code_cell("library(serverless_gpu)")], kernelspec=kernel)
     result = migrate(data, "nb.ipynb")
     assert result.relevant and result.migrated is None and result.records == []
 
@@ -175,7 +177,9 @@ def test_a_pip_line_in_any_case_makes_a_notebook_worth_a_look() -> None:
 
 
 def test_a_cell_that_only_uses_an_alias_from_an_earlier_cell_is_still_checked() -> None:
-    data = _notebook([new_code_cell("from serverless_gpu import distributed as launch"), new_code_cell("launch(**o)(f)")])
+    data = _notebook(
+        [new_code_cell("from serverless_gpu import distributed as launch"), new_code_cell("launch(**o)(f)")]
+    )
     result = migrate(data, "nb.ipynb")
     assert [(r.cell, r.code, r.severity) for r in result.records] == [(1, "AM101", "change"), (2, "AM102", "blocking")]
     assert result.migrated is None
