@@ -143,7 +143,9 @@ def _model_block(rng: random.Random) -> str:
 
 def _train_block(rng: random.Random) -> str:
     name = _name(rng)
-    return f'''def train_{name}(model: nn.Module, loader: DataLoader, optimizer, epoch: int, log_every: int = {rng.choice([10, 50])}):
+    return f'''def train_{name}(
+    model: nn.Module, loader: DataLoader, optimizer, epoch: int, log_every: int = {rng.choice([10, 50])}
+):
     """One epoch of training; returns the mean loss over this rank's batches."""
     model.train()
     total, batches = 0.0, 0
@@ -191,7 +193,9 @@ def evaluate_{_name(rng)}(model: nn.Module, loader: DataLoader) -> dict:
 
 
 def _schedule_block(rng: random.Random) -> str:
-    return f'''def {_name(rng)}_schedule(step: int, total_steps: int, warmup: int = {rng.choice([100, 500, 1000])}) -> float:
+    return f'''def {_name(rng)}_schedule(
+    step: int, total_steps: int, warmup: int = {rng.choice([100, 500, 1000])}
+) -> float:
     """Linear warm-up, then cosine decay to {rng.choice([0, 5, 10])}% of the peak rate."""
     if step < warmup:
         return (step + 1) / warmup

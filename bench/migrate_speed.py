@@ -83,6 +83,8 @@ QUICK = Sizes(plain_files=100, near_misses=5, cells=20, matching_files=10, match
 class Case:
     """One row of the table: a command over a corpus, its budget, and the check of each run's result."""
 
+    key: str
+    """Short name (``a``, ``c-j2``...), also the folder of the last run's result under the scratch directory."""
     label: str
     corpus: str
     """Name of the pristine corpus (file or folder) under the scratch directory's ``pristine/``."""
@@ -129,7 +131,7 @@ def run_case(case: Case, scratch: str, repeats: int, case_seconds: float) -> Non
         case.check(pristine, run)
         case.times.append(elapsed)
         # Keep the migrated tree of the last run for comparisons between cases.
-        kept = os.path.join(scratch, "result", re.sub(r"\W+", "-", case.label))
+        kept = os.path.join(scratch, "result", case.key)
         shutil.rmtree(kept, ignore_errors=True)
         shutil.move(target, kept)
         case.last = dataclasses.replace(run, target=kept)
@@ -296,36 +298,41 @@ def build_corpora(scratch: str, sizes: Sizes) -> Dict[str, object]:
     return {"matching": matching, "cells": cells}
 
 
-def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> List[Case]:
+def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> Dict[str, Case]:
     matching: List[corpus.MatchingFile] = built["matching"]  # type: ignore[assignment]
     cells: List[corpus.NotebookCell] = built["cells"]  # type: ignore[assignment]
     lines = sizes.matching_lines
-    return [
-        Case(f"a. {sizes.plain_files:,} files, no match ({sizes.near_misses} mention gpus)", "plain", OUR_COMMAND,
-             check_unchanged(sizes.plain_files), None if quick else 5.0),
-        Case(f"b. {sizes.cells}-cell .ipynb with matches", "notebook.ipynb", OUR_COMMAND, check_ipynb(cells),
-             None if quick else 2.0),
-        Case(f"b. same cells as a Databricks .py source", "notebook.py", OUR_COMMAND, check_databricks(cells),
-             None if quick else 2.0),
-        Case(f"c. {sizes.matching_files} matching files x ~{lines} lines, -j2", "matching", [*OUR_COMMAND, "-j2"],
-             check_matching(matching, scratch), None if quick else 30.0),
-        Case(f"c. same, -j1 (reference)", "matching", [*OUR_COMMAND, "-j1"], check_matching(matching, scratch)),
-        Case(f"d. anchor: libcst RenameCommand on (c), -j 2", "matching", LIBCST_COMMAND, check_libcst),
+
+    def budget(seconds: float) -> Optional[float]:
+        return None if quick else seconds  # a quick run's corpora are smaller: its times are not judged
+
+    all_cases = [
+        Case("a", f"a. {sizes.plain_files:,} files, no match ({sizes.near_misses} mention gpus)", "plain",
+             OUR_COMMAND, check_unchanged(sizes.plain_files), budget(5.0)),
+        Case("b-ipynb", f"b. {sizes.cells}-cell .ipynb with matches", "notebook.ipynb",
+             OUR_COMMAND, check_ipynb(cells), budget(2.0)),
+        Case("b-databricks", "b. same cells as a Databricks .py source", "notebook.py",
+             OUR_COMMAND, check_databricks(cells), budget(2.0)),
+        Case("c-j2", f"c. {sizes.matching_files} matching files x ~{lines} lines, -j2", "matching",
+             [*OUR_COMMAND, "-j2"], check_matching(matching, scratch), budget(30.0)),
+        Case("c-j1", "c. same, -j1 (reference)", "matching", [*OUR_COMMAND, "-j1"], check_matching(matching, scratch)),
+        Case("d", "d. anchor: libcst RenameCommand on (c), -j 2", "matching", LIBCST_COMMAND, check_libcst),
     ]
+    return {case.key: case for case in all_cases}
 
 
-def report(all_cases: Sequence[Case], repeats: int) -> None:
+def report(all_cases: Dict[str, Case], repeats: int) -> None:
     print(f"\n{'case':<58} {'budget':>8} {'best':>8}  runs (s)                  verdict")
-    for case in all_cases:
+    for case in all_cases.values():
         budget = f"{case.budget:.1f} s" if case.budget is not None else "-"
         runs = " ".join(f"{t:.2f}" for t in case.times)
         if len(case.times) < repeats:
             runs += f" (stopped after {len(case.times)})"
         verdict = "" if case.budget is None else ("ok" if case.best <= case.budget else "OVER")
         print(f"{case.label:<58} {budget:>8} {case.best:>6.2f} s  {runs:<25} {verdict}")
-    ours, anchor = all_cases[3], all_cases[5]
-    print(f"\nratio c (-j2) / d (libcst RenameCommand, -j 2): {ours.best / anchor.best:.2f}")
-    print(f"speed-up -j2 over -j1: {all_cases[4].best / ours.best:.2f}")
+    ours = all_cases["c-j2"]
+    print(f"\nratio c (-j2) / d (libcst RenameCommand, -j 2): {ours.best / all_cases['d'].best:.2f}")
+    print(f"speed-up -j2 over -j1: {all_cases['c-j1'].best / ours.best:.2f}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -344,10 +351,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         built = build_corpora(scratch, sizes)
         all_cases = cases(scratch, sizes, built, args.quick)
-        for case in all_cases:
+        for case in all_cases.values():
             print(f"running {case.label} ...", flush=True)
             run_case(case, scratch, repeats, args.case_seconds)
-        same_result(all_cases[3], all_cases[4])
+        same_result(all_cases["c-j2"], all_cases["c-j1"])
         report(all_cases, repeats)
     except WrongResult as error:
         print(f"\nWRONG RESULT: {error}", file=sys.stderr)

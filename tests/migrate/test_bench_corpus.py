@@ -167,8 +167,8 @@ def test_notebook_checks_accept_the_migration_and_reject_damage(
 def test_runs_with_different_reports_are_not_the_same_result(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.py").write_text("x = 1\n")
-    one = speed.Case("one", "a", [], speed.check_libcst)
-    other = speed.Case("other", "a", [], speed.check_libcst)
+    one = speed.Case("one", "c-j1", "a", [], speed.check_libcst)
+    other = speed.Case("other", "c-j2", "a", [], speed.check_libcst)
     one.last = speed.Run(0, "x.py:1:1: AM101 change\n", "", str(tmp_path / "a"))
     other.last = speed.Run(0, "", "", str(tmp_path / "a"))
     with pytest.raises(speed.WrongResult, match="different reports"):
