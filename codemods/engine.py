@@ -24,14 +24,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Type
 
 import libcst
 
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate.results import FileResult, Record
-from air_migrate.rules.am108_gpu_type_members import OPAQUE_TEXTS
-from air_migrate.rules.am110_pip_installs import validate_pip_package
 from air_migrate.rules.base import AnyRule, CellContext, FileOptions, LineRule, Rule
 from air_migrate.rules.cell_pass import CellOutcome, PreparedCell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
@@ -59,8 +57,6 @@ def migrate_file(
     todo_comments: bool = False,
 ) -> FileResult:
     """Run ``rules`` over the file ``path`` whose bytes are ``data``."""
-    if pip_package is not None:
-        validate_pip_package(pip_package)
     result = FileResult(path, data)
     if not mentions_any(data):
         return result
@@ -73,10 +69,7 @@ def migrate_file(
     options = FileOptions(source.kind, fix_pip, pip_package)
     line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
     rule_types = [rule for rule in rules if issubclass(rule, Rule)]
-    scratch: Dict[str, object] = {"kind": source.kind}
-    opaque: List[str] = []
-    scratch[OPAQUE_TEXTS] = opaque
-    parsed = _parse_cells(result, source, rule_types, scratch, opaque)
+    parsed = _parse_cells(result, source, rule_types)
     line_fixes = _check_lines(result, source, line_rules)
     for unit in parsed:
         unit.prepared.survey()
@@ -102,21 +95,21 @@ def migrate_file(
     return result
 
 
-def _parse_cells(
-    result: FileResult, source: SourceFile, rule_types: Sequence[type], scratch: Dict[str, object], opaque: List[str]
-) -> List[_ParsedCell]:
+def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Type[Rule]]) -> List[_ParsedCell]:
     """Every Python cell worth parsing, parsed with the earlier cells' imports before it."""
     context = ImportContext()
+    scratch: Dict[str, object] = {}  # one per file: nothing a rule learns leaks into another file
+    unparsed: List[str] = []
     parsed: List[_ParsedCell] = []
     for cell in source.cells:
         if not cell.code:
             continue
         if cell.text is None:
-            opaque.append(cell.raw)
+            unparsed.append(cell.raw)
             if cell.skip_reason and context.mentions(cell.raw):
                 _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1, attention=True)
             continue
-        opaque.extend(cell.masks.values())
+        unparsed.extend(cell.masks.values())
         if not context.mentions(cell.text):
             context.add(cell.number, cell.text)
             continue
@@ -125,13 +118,15 @@ def _parse_cells(
         try:
             module = libcst.parse_module(prefix + cell.text)
         except libcst.ParserSyntaxError as error:
-            opaque.append(cell.raw)
+            unparsed.append(cell.raw)
             line, column = _error_position(error)
             _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line "
                     "such as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand",
                     max(line - prefix.count("\n"), 1), column, attention=True)
             continue
-        cell_context = CellContext(cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text)
+        cell_context = CellContext(
+            cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text, source.kind, unparsed
+        )
         parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
         context.add(cell.number, cell.text)
     return parsed

@@ -52,8 +52,6 @@ NEW_CLASS = "AcceleratorType"
 COMPUTE_MODULES = (f"{OLD_MODULE}.compute", f"{NEW_MODULE}.compute")
 OLD_CLASSES = frozenset(f"{module}.{OLD_CLASS}" for module in COMPUTE_MODULES)
 NEW_CLASSES = frozenset(f"{module}.{NEW_CLASS}" for module in COMPUTE_MODULES)
-OPAQUE_TEXTS = "opaque_texts"
-"""Key of the file scratch where the driver lists the text no rule parses (skipped cells, masked magics)."""
 _PLAN = "am108_bindings"
 
 
@@ -284,11 +282,11 @@ class GpuTypeMembersRule(Rule):
     def _mentioned_elsewhere(self, name: str) -> bool:
         """The name appears in text no rule parsed (a skipped cell, a magic): count it as a use."""
         word = re.compile(rf"\b{re.escape(name)}\b")
-        return any(word.search(text) for text in self.context.file.get(OPAQUE_TEXTS, ()))
+        return any(word.search(text) for text in self.context.unparsed)
 
     def _is_plain_module_level(self, node: libcst.ImportFrom) -> bool:
         statement = self.get_metadata(ParentNodeProvider, node, None)
-        return self.context.file.get("kind", "python") == "python" and isinstance(
+        return self.context.kind == "python" and isinstance(
             self.get_metadata(ParentNodeProvider, statement, None), libcst.Module
         )
 

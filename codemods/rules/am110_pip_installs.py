@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-from air_migrate.rules.base import LineFinding, LineRule, register
+from air_migrate.rules.base import FileOptions, LineFinding, LineRule, register
 
 DATABRICKS_PACKAGE = "databricks-sdk-air"
 OPEN_PACKAGE = "databricks-air-oss"
@@ -59,11 +59,16 @@ class PipInstallsRule(LineRule):
     CODE = "AM110"
     DESCRIPTION = "a %pip/!pip install of serverless_gpu: reported; rewritten with --fix-pip (other packages kept)"
 
+    def __init__(self, options: FileOptions) -> None:
+        super().__init__(options)
+        if options.pip_package is not None:
+            validate_pip_package(options.pip_package)
+
     @property
     def package(self) -> str:
         """What replaces serverless_gpu on the line."""
         if self.options.pip_package:
-            return validate_pip_package(self.options.pip_package)
+            return self.options.pip_package
         return DATABRICKS_PACKAGE if self.options.kind == "databricks" else OPEN_PACKAGE
 
     def check(self, line: str) -> Optional[LineFinding]:

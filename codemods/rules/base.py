@@ -17,7 +17,7 @@ half-migrated without it).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 import libcst
 from libcst.metadata import PositionProvider
@@ -72,6 +72,11 @@ class CellContext:
     """Scratch shared by the rules of every cell of one file; fresh for each file, so nothing leaks between files."""
     text: str = ""
     """The parsed text, prefix included (empty when unknown), for rules to skip cheaply what cannot concern them."""
+    kind: str = "python"
+    """The kind of file: ``python``, ``databricks`` or ``ipynb`` (see :mod:`air_migrate.sources`)."""
+    unparsed: Sequence[str] = ()
+    """The code of the file no rule sees (cells skipped or not valid Python, masked magics): a name that appears
+    there may still be in use."""
 
     def origin(self, line: int) -> Tuple[int, int]:
         """``(cell, line in that cell)`` for a 1-based line of the parsed text (prefix included)."""
