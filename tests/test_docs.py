@@ -275,13 +275,14 @@ PUBLIC_MODULES = [
 
 
 def _documented_modules() -> List[str]:
-    """Modules rendered by a ``::: module`` directive on an API page."""
-    found = []
-    for page in sorted((DOCS / "api").glob("*.md")):
-        for line in page.read_text().splitlines():
-            if line.startswith("::: "):
-                found.append(line[4:].strip())
-    return found
+    """Modules rendered on an API page: by a ``::: module`` directive, or one for a name in the module."""
+    targets = [
+        line[4:].strip()
+        for page in sorted((DOCS / "api").glob("*.md"))
+        for line in page.read_text().splitlines()
+        if line.startswith("::: ")
+    ]
+    return [module for module in PUBLIC_MODULES if any(t.rpartition(".")[0] == module or t == module for t in targets)]
 
 
 def _public_names(module_name: str) -> List[str]:
