@@ -477,6 +477,12 @@ class UCVolumeDataset(IterableDataset):
             return self._explicit_rank
         if get_worker_info() is not None and self._rank_world is not None:
             return self._rank_world  # set by the main process; a spawned worker has no process group
+        grouped = self._resolve_now_if_grouped()
+        if grouped is not None:
+            self._rank_world = grouped
+            return grouped
+        if self._rank_world is not None:
+            return self._rank_world  # the process group is gone (destroyed after training): the last one seen
         rank, world, _ = resolve_rank(None, None)
         return rank, world
 
