@@ -123,6 +123,15 @@ class UCVolumeWriter(FileSystemWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         results = super().write_data(plan, planner).wait()
+        written = {result.index for result in results}
+        lost = [item.index.fqn for item in plan.items if item.index not in written]
+        if lost:
+            # torch's writer threads die quietly; their items would be missing from a "complete" checkpoint.
+            raise RuntimeError(
+                f"checkpoint {self.path}: {len(lost)} item(s) were not written ({', '.join(sorted(set(lost))[:5])}"
+                f"{' ...' if len(set(lost)) > 5 else ''}): a writer thread failed (its error is printed above). "
+                "Nothing was committed; save again."
+            )
         with self._records_lock:
             records = dict(self._file_records)
         attached = set()
