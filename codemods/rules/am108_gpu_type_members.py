@@ -187,11 +187,14 @@ class GpuTypeMembersRule(Rule):
 
     def _is_new_class_everywhere(self, assignments: Iterable[object]) -> bool:
         for assignment in assignments:
-            if not isinstance(assignment, ImportAssignment) or not isinstance(assignment.node, libcst.ImportFrom):
+            node = assignment.node if isinstance(assignment, ImportAssignment) else None
+            if not isinstance(node, libcst.ImportFrom) or node.module is None:
+                return False
+            if isinstance(node.names, libcst.ImportStar):
                 return False
             names = {
-                f"{get_full_name_for_node(assignment.node.module)}.{_imported_name(alias)}"
-                for alias in assignment.node.names  # type: ignore[union-attr]
+                f"{get_full_name_for_node(node.module)}.{_imported_name(alias)}"
+                for alias in node.names
                 if _bound_name(alias) == NEW_CLASS
             }
             if not names or not names <= NEW_CLASSES:

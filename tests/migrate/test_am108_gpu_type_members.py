@@ -191,8 +191,13 @@ def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, cod
             "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
             "AcceleratorType already names something else here, so GPUType is left as it is",
         ),
+        (
+            "from serverless_gpu.compute import GPUType\nfrom . import AcceleratorType\n"
+            "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
+            "AcceleratorType already names something else here, so GPUType is left as it is",
+        ),
     ],
-    ids=["outside-a-call", "bound-twice", "guarded-import", "name-taken"],
+    ids=["outside-a-call", "bound-twice", "guarded-import", "name-taken", "name-taken-relatively"],
 )
 def test_uses_that_cannot_be_rewritten_are_left_and_reported_without_blocking(source: str, message: str) -> None:
     result = migrate(source)
