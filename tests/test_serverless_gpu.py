@@ -104,6 +104,18 @@ def test_data_names_forward_to_databricks_air_data() -> None:
         assert serverless_gpu.data.DataLoader is importlib.import_module("databricks.air.data").DataLoader
 
 
+def test_every_public_data_name_is_the_same_object_under_serverless_gpu_data() -> None:
+    import serverless_gpu.data
+
+    data = importlib.import_module("databricks.air.data")
+    assert set(data.__all__) == {"Checkpointable", "DataLoader", "UCVolumeReader", "UCVolumeWriter", "UCVolumeDataset"}
+    for name in data.__all__:
+        assert getattr(serverless_gpu.data, name) is getattr(data, name), name
+    namespace: dict = {}
+    exec("from serverless_gpu.data import *", namespace)
+    assert {name: namespace[name] for name in data.__all__} == {name: getattr(data, name) for name in data.__all__}
+
+
 IMPORT_LINES = """
     import warnings
     warnings.simplefilter("always")
