@@ -28,7 +28,7 @@ from docs_blocks import Page, parse_page, read_page
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 RUNNER = Path(__file__).resolve().parent / "docs_runner.py"
-PAGE_TIMEOUT = 180
+PAGE_TIMEOUT = 240
 _OUTPUT_SHOWN = 12000
 
 
