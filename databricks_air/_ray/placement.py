@@ -16,11 +16,14 @@ from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError
 
 _WAIT_STEP_SECONDS = 1  # Ray waits in whole seconds
-_NOTE_AFTER_SECONDS = 10.0
+NOTE_AFTER_SECONDS = 10.0
 
 
-def reserve(name: str, bundle: Dict[str, float], count: int, deadline: Optional[float], timeout_note: str) -> Any:
-    """A ready placement group of ``count`` copies of ``bundle``; removed again if waiting fails or is interrupted."""
+def reserve(
+    name: str, bundle: Dict[str, float], count: int, what: str, deadline: Optional[float], timeout_note: str
+) -> Any:
+    """A ready placement group of ``count`` copies of ``bundle`` (``what`` in words, for messages); removed again if
+    waiting fails or is interrupted."""
     import_ray()
     from ray.util.placement_group import placement_group
 
@@ -32,14 +35,13 @@ def reserve(name: str, bundle: Dict[str, float], count: int, deadline: Optional[
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise LocalExecutionTimeoutError(
-                    f"{name}: the Ray cluster did not free {count} x {bundle} for the ranks within the timeout, so "
-                    f"nothing was started. {timeout_note}"
+                    f"{name}: the Ray cluster did not free {what} for the ranks within the timeout, so nothing was "
+                    f"started. {timeout_note}"
                 )
-            if not noted and now - started >= _NOTE_AFTER_SECONDS:
+            if not noted and now - started >= NOTE_AFTER_SECONDS:
                 noted = True
                 print(
-                    f"databricks.air: waiting for the Ray cluster to free {count} x {bundle} for {name} "
-                    "(other work holds them)",
+                    f"databricks.air: waiting for the Ray cluster to free {what} for {name} (other work holds them)",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -9,6 +9,7 @@ the caller, which polls. If the actor dies, Linux kills the rank with it (``PR_S
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -41,11 +42,9 @@ class RankHost:
         self._process: Optional[subprocess.Popen] = None
         self._files: Optional[CallFiles] = None
         self._readers: List[threading.Thread] = []
-        # PR_SET_PDEATHSIG fires when the thread that started the child ends, so one thread that lives as long as
-        # this actor starts it.
-        self._spawn_requests: List[Tuple[List[str], Dict[str, str], threading.Event, List[Any]]] = []
-        self._spawner = threading.Thread(target=self._spawn_loop, name="databricks.air rank spawner", daemon=True)
-        self._spawner.start()
+        # PR_SET_PDEATHSIG fires when the thread that started the child ends: the rank is started by a thread that
+        # lives as long as this actor (an executor's threads never retire).
+        self._spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="databricks.air rank")
 
     # --- where this host is ----------------------------------------------------------------------------------------
 
@@ -76,11 +75,18 @@ class RankHost:
         rank_environ: List[Dict[str, str]] = [{} for _ in range(world_size)]  # `environ` has this rank's own
         full_environ = {**os.environ, **environ}
         # The working directory is Ray's copy of the caller's (runtime_env working_dir), already on sys.path.
-        files.write_setup(RankSetup(environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(),
-                                    sys_path=list(sys.path)))
-        process = self._spawn(
-            [sys.executable, "-u", "-c", _BOOTSTRAP, files.path, str(rank), str(os.getpid())], full_environ
+        files.write_setup(
+            RankSetup(environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path))
         )
+        process = self._spawner.submit(
+            subprocess.Popen,
+            [sys.executable, "-u", "-c", _BOOTSTRAP, files.path, str(rank), str(os.getpid())],
+            env=full_environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        ).result()
         self._process = process
         for stream_name, stream in (("stdout", process.stdout), ("stderr", process.stderr)):
             reader = threading.Thread(target=self._read, args=(stream_name, stream), daemon=True)
@@ -97,8 +103,7 @@ class RankHost:
         with self._lock:
             self._lock.wait_for(lambda: self._output or self._status is not None, timeout=wait)
             output, self._output = self._output, []
-            return {"output": output, "status": self._status, "result": self._result if self._status is not None
-                    else None}
+            return {"output": output, "status": self._status, "result": self._result}
 
     def stop(self, sig: int) -> None:
         """Signal the rank's whole session (the rank and every process it started)."""
@@ -117,37 +122,6 @@ class RankHost:
             self._files.remove()
 
     # --- inside ------------------------------------------------------------------------------------------------------
-
-    def _spawn(self, command: List[str], environ: Dict[str, str]) -> subprocess.Popen:
-        done = threading.Event()
-        answer: List[Any] = []
-        with self._lock:
-            self._spawn_requests.append((command, environ, done, answer))
-            self._lock.notify_all()
-        done.wait()
-        if isinstance(answer[0], BaseException):
-            raise answer[0]
-        return answer[0]
-
-    def _spawn_loop(self) -> None:
-        while True:
-            with self._lock:
-                self._lock.wait_for(lambda: bool(self._spawn_requests))
-                command, environ, done, answer = self._spawn_requests.pop(0)
-            try:
-                answer.append(
-                    subprocess.Popen(
-                        command,
-                        env=environ,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        start_new_session=True,
-                    )
-                )
-            except BaseException as error:  # noqa: BLE001 - handed to the caller of _spawn
-                answer.append(error)
-            done.set()
 
     def _read(self, stream_name: str, stream: Any) -> None:
         for data in iter(lambda: stream.read1(1 << 16), b""):

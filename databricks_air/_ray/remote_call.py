@@ -52,7 +52,7 @@ def run(launch: Launch, request: RankRequest) -> List[Any]:
     try:
         call.reserve(bundle, deadline)
         call.start_hosts(deadline)
-        call.start_ranks()
+        call.start_ranks(deadline)
         call.supervise(deadline)
         return call.results()
     finally:
@@ -113,8 +113,9 @@ class _RemoteCall:
 
     def reserve(self, bundle: Dict[str, float], deadline: Optional[float]) -> None:
         self.bundle = bundle
+        what = f"{self.request.count} {self.request.unit}(s)"
         self.group = placement.reserve(
-            self.launch.name, bundle, self.request.count, deadline, self.launch.timeout_note
+            self.launch.name, bundle, self.request.count, what, deadline, self.launch.timeout_note
         )
 
     def start_hosts(self, deadline: Optional[float]) -> None:
@@ -122,25 +123,24 @@ class _RemoteCall:
 
         host_class = self.ray.remote(RankHost)
         bundle = self.bundle
+        host_options = dict(
+            num_cpus=bundle.get("CPU", 0),
+            num_gpus=bundle.get("GPU", 0),
+            resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
+            max_concurrency=2,  # a stop must not wait behind a poll
+            # Merged into the job's runtime_env; the caller has shown the Beta notice already.
+            runtime_env={"env_vars": {_BETA_NOTICE_VARIABLE: "1"}},
+        )
         for index in range(self.request.count):
-            self.hosts.append(
-                host_class.options(
-                    num_cpus=bundle.get("CPU", 0),
-                    num_gpus=bundle.get("GPU", 0),
-                    resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
-                    max_concurrency=2,  # a stop must not wait behind a poll
-                    # Merged into the job's runtime_env; the caller has shown the Beta notice already.
-                    runtime_env={"env_vars": {_BETA_NOTICE_VARIABLE: "1"}},
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
-                ).remote()
-            )
+            strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+            self.hosts.append(host_class.options(scheduling_strategy=strategy, **host_options).remote())
         where = self._get_all([host.where.remote() for host in self.hosts], deadline, "start the rank hosts")
         self.places = arrange([Slot(w["node_id"], w["node_ip"], tuple(w["gpu_ids"])) for w in where])
 
-    def start_ranks(self) -> None:
+    def start_ranks(self, deadline: Optional[float]) -> None:
         launch = self.launch
         master = self.hosts[self.places[0].bundle]
-        master_port = self.ray.get(master.free_port.remote())
+        (master_port,) = self._get_all([master.free_port.remote()], deadline, "pick a port for MASTER_PORT")
         common = {**forwarded_environ(launch.environ, launch.cwd), **job_environ()}
         function, arguments = self.ray.put(launch.function), self.ray.put(launch.arguments)
         self.outputs = make_outputs(launch.log_dir, len(self.places), launch.show_all_ranks)
@@ -154,9 +154,10 @@ class _RemoteCall:
             )
             for place in self.places
         ]
-        pids = self._get_all(starts, None, "start the ranks")
+        pids = self._get_all(starts, deadline, "start the ranks")
         for place, pid in zip(self.places, pids):
-            self.outcomes[place.rank] = RankOutcome(rank=place.rank, pid=pid, log_path=self.outputs[place.rank].log_path)
+            log_path = self.outputs[place.rank].log_path
+            self.outcomes[place.rank] = RankOutcome(rank=place.rank, pid=pid, log_path=log_path)
             self._poll_again(place.rank)
         print(f"databricks.air: {self._describe_places()}", file=sys.stderr, flush=True)
 

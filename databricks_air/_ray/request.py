@@ -31,7 +31,9 @@ def resolve(count: Optional[int], requested: validation.RequestedType) -> Tuple[
     cpu_mode = compute.cpu_mode_from_environment()
     if cpu_mode or requested is AcceleratorType.CPU:
         if count is None:
-            raise GPUValidationError("remote=True needs num_accelerators: the number of ranks to run on the Ray cluster")
+            raise GPUValidationError(
+                "remote=True needs num_accelerators: the number of ranks to run on the Ray cluster"
+            )
         if cpu_mode and requested not in (None, AcceleratorType.CPU):
             logger.warning(
                 "%s=CPU: running %d CPU rank(s) on the Ray cluster instead of accelerator_type=%s",
@@ -58,8 +60,9 @@ class RankRequest:
     def unit(self) -> str:
         return "CPU" if self.cpu else "GPU"
 
-    def bundle(self, nodes: Sequence[Mapping[str, Any]], max_resources: Optional[Mapping[str, float]] = None
-               ) -> Dict[str, float]:
+    def bundle(
+        self, nodes: Sequence[Mapping[str, Any]], max_resources: Optional[Mapping[str, float]] = None
+    ) -> Dict[str, float]:
         """The bundle of one rank on this cluster; :class:`GPUValidationError` if the cluster can never run them all.
 
         ``nodes`` is :func:`ray.nodes`; ``max_resources`` what an autoscaling cluster may grow to, where known.
@@ -68,25 +71,28 @@ class RankRequest:
         bundle: Dict[str, float] = {self.unit: 1.0}
         holders = alive
         if not self.cpu:
-            accelerator = self._accelerator_resource(alive)
+            accelerator = self._accelerator_resource(alive, max_resources or {})
             bundle[accelerator] = _ACCELERATOR_AMOUNT
             holders = [node for node in alive if node.get("Resources", {}).get(accelerator)]
         capacity = sum(int(node.get("Resources", {}).get(self.unit, 0)) for node in holders)
         if max_resources:
             capacity = max(capacity, int(max_resources.get(self.unit) or 0))
         if capacity < self.count:
-            what = self.unit if self.cpu else f"{self.shape.gpu_type.name} GPU"  # type: ignore[union-attr]
-            raise GPUValidationError(
-                f"num_accelerators={self.count} asks for {self.count} {what} rank(s), one {self.unit} each, but the "
-                f"Ray cluster has {capacity} {what}(s) in all. Cluster: {describe_nodes(alive)}. Pass "
-                f"num_accelerators={capacity} or fewer, or add nodes to the cluster."
-                if capacity
-                else f"num_accelerators={self.count} asks for {what} ranks, but the Ray cluster has no {what}. "
-                f"Cluster: {describe_nodes(alive)}."
-            )
+            raise GPUValidationError(self._too_many(capacity, alive))
         return bundle
 
-    def _accelerator_resource(self, alive: Sequence[Mapping[str, Any]]) -> str:
+    def _too_many(self, capacity: int, alive: Sequence[Mapping[str, Any]]) -> str:
+        what = self.unit if self.cpu else f"{self.shape.gpu_type.name} GPU"  # type: ignore[union-attr]
+        cluster = f"Cluster: {describe_nodes(alive)}."
+        if not capacity:
+            return f"num_accelerators={self.count} asks for {what} ranks, but the Ray cluster has no {what}. {cluster}"
+        return (
+            f"num_accelerators={self.count} asks for {self.count} {what} rank(s), one {self.unit} each, but the Ray "
+            f"cluster has {capacity} {what}(s) in all. {cluster} Pass num_accelerators={capacity} or fewer, or add "
+            "nodes to the cluster."
+        )
+
+    def _accelerator_resource(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
         model = self.shape.gpu_type
         names = RAY_ACCELERATOR_NAMES.get(model, ()) if model is not None else ()
         gpus_by_name = {
@@ -98,14 +104,16 @@ class RankRequest:
             for name in names
         }
         present = [name for name in names if gpus_by_name[name]]
-        if not present:
-            raise GPUValidationError(
-                f"accelerator_type={self.shape.value} needs nodes whose GPUs Ray names "
-                f"{' or '.join(names)} (resource {ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has "
-                f"none. Cluster: {describe_nodes(alive)}."
-            )
-        return ACCELERATOR_RESOURCE_PREFIX + max(present, key=lambda name: gpus_by_name[name])
-
+        if present:
+            return ACCELERATOR_RESOURCE_PREFIX + max(present, key=lambda name: gpus_by_name[name])
+        for name in names:  # none up now, but an autoscaling cluster may add such nodes
+            if max_resources.get(ACCELERATOR_RESOURCE_PREFIX + name):
+                return ACCELERATOR_RESOURCE_PREFIX + name
+        raise GPUValidationError(
+            f"accelerator_type={self.shape.value} needs nodes whose GPUs Ray names {' or '.join(names)} (resource "
+            f"{ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has none. "
+            f"Cluster: {describe_nodes(alive)}."
+        )
 
 def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
     """``2 node(s): 10.0.0.1 (CPU 8, GPU 1, accelerator_type:A10G), ...`` for messages."""

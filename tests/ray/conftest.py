@@ -23,10 +23,8 @@ def ray_cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     node = {"node_ip_address": "127.0.0.1", "num_cpus": CPUS_PER_NODE, "object_store_memory": _OBJECT_STORE_BYTES}
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**node, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port()},
-    )
+    dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port()}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, **dashboard})
     try:
         cluster.add_node(**node)
         cluster.wait_for_nodes()

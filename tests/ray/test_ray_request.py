@@ -75,6 +75,13 @@ def test_a_gpu_rank_reserves_one_gpu_on_a_node_of_its_model() -> None:
         RankRequest(3, AcceleratorType.GPU_1xA10).bundle(A10G_NODES)
 
 
+def test_an_autoscaling_cluster_may_add_nodes_of_the_model() -> None:
+    may_grow = {"GPU": 16, "CPU": 200, "accelerator_type:H100": 2}
+    assert RankRequest(16, AcceleratorType.GPU_8xH100).bundle(CPU_NODES, may_grow) == {
+        "GPU": 1.0, "accelerator_type:H100": 0.001
+    }
+
+
 def test_a_model_the_cluster_lacks_fails_naming_what_it_has() -> None:
     with pytest.raises(GPUValidationError) as caught:
         RankRequest(8, AcceleratorType.GPU_8xH100).bundle(A10G_NODES)
