@@ -173,7 +173,7 @@ class ResidualMLP(torch.nn.Module):
 def main() -> None:
     checkpoint_dir = os.path.abspath(os.environ.get("CHECKPOINT_DIR", os.path.join("checkpoints", "train_fsdp")))
     results = train.distributed(
-        epochs=4, steps_per_epoch=25, batch_size=64, lr=1e-3, cuda=USE_CUDA, checkpoint_dir=checkpoint_dir
+        epochs=4, steps_per_epoch=15, batch_size=64, lr=3e-3, cuda=USE_CUDA, checkpoint_dir=checkpoint_dir
     )
     first, last = results[0]["losses"][0], results[0]["losses"][-1]
     print(f"{len(results)} ranks, each holding {results[0]['shard_fraction']:.0%} of the weights: "

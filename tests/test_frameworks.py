@@ -1,0 +1,131 @@
+"""DDP, FSDP2 and DeepSpeed ZeRO-2 run under ``@distributed`` unchanged: the examples, on 2 CPU ranks over gloo.
+
+Each example script runs as a user runs it (``python examples/train_<x>.py`` in a fresh working directory, CPU
+ranks asked for through ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU``); its last line is the list of per-rank results,
+which must show a falling loss and identical weights on every rank. The DDP example runs as its notebook, in a real
+Jupyter kernel (its last cell is the script's ``main``).
+The same examples run on every GPU of a node through ``bench/gpu_check.sh`` and ``tests/test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Dict, List
+
+import pytest
+
+from conftest import processes_with_marker, wait_until
+from test_notebook import kernel_env, kernel_specs, notebook_client  # noqa: F401 (kernel_specs: a fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+SCRIPT_TIMEOUT = 300  # seconds; each example takes 10-40 s on 2 cores
+
+
+def run_example(name: str, cwd: Path) -> List[Dict[str, Any]]:
+    """Run ``examples/<name>.py`` on 2 CPU ranks; return its per-rank results (its last line of output)."""
+    marker = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
+        "DATABRICKS_AIR_MLFLOW": "0",
+        "AIR_TEST_MARKER": marker,
+    }
+    for name_ in ("MASTER_ADDR", "MASTER_PORT", "CHECKPOINT_PATH", "CHECKPOINT_DIR"):
+        env.pop(name_, None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT,
+    )
+    assert done.returncode == 0, f"{name}.py failed:\n{done.stdout}\n{done.stderr}"
+    # The idle rank server exits with the script, after unloading torch: give it a moment.
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=30), "the example left processes behind"
+    results = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["world_size"] == 2 and r["device"] == "cpu" for r in results)
+    return results
+
+
+def assert_converged_and_agree(results: List[Dict[str, Any]]) -> None:
+    losses = results[0]["losses"]
+    assert losses[-1] < 0.5 * losses[0], f"the loss did not fall enough: {losses}"
+    # Every rank reports the loss averaged over all ranks, and ends with the same weights.
+    assert all(r["losses"] == losses for r in results)
+    assert len({r["checksum"] for r in results}) == 1, [r["checksum"] for r in results]
+
+
+def load_example_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_fsdp_example_shards_the_model_and_its_checkpoint_restores_it(tmp_path: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    results = run_example("train_fsdp", tmp_path)
+    assert_converged_and_agree(results)
+    # Each rank held half of the weights, and the restored model computes exactly the trained model's loss.
+    fractions = [r["shard_fraction"] for r in results]
+    assert sum(fractions) == pytest.approx(1.0) and all(0.45 < f < 0.55 for f in fractions)
+    assert all(r["restored_loss"] == r["trained_loss"] for r in results)
+
+    folder = tmp_path / "checkpoints" / "train_fsdp"
+    assert sorted(p.name for p in folder.iterdir()) == [".checksums.json", ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    # The sharded checkpoint loads, unsharded, into a plain model in this one process: it holds the full weights.
+    example = load_example_module("train_fsdp")
+    model = example.ResidualMLP(width=128, depth=4)
+    state = {"model": model.state_dict()}
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
+    loaded = sum(float(t.double().abs().sum()) for t in state["model"].values())
+    assert loaded == pytest.approx(results[0]["checksum"], rel=1e-9)
+    assert isinstance(model.project_in.weight, torch.nn.Parameter)
+
+
+def test_deepspeed_example_trains_with_zero_stage_2(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed", reason="install the 'deepspeed' extra (see the README)")
+    results = run_example("train_deepspeed", tmp_path)
+    assert_converged_and_agree(results)
+    assert all(r["zero_stage"] == 2 for r in results)
+
+
+def test_ddp_notebook_converges_in_a_real_kernel_with_identical_replicas(
+    tmp_path: Path, kernel_specs: Any  # noqa: F811
+) -> None:
+    import nbformat
+    import torch
+
+    marker = uuid.uuid4().hex
+    nb = nbformat.read(EXAMPLES / "train_ddp.ipynb", as_version=4)
+    client = notebook_client(nb, tmp_path, kernel_specs)
+    client.execute(env=kernel_env(tmp_path, marker, DATABRICKS_AIR_ACCELERATOR_TYPE="CPU"), cleanup_kc=True)
+    last = [cell for cell in nb.cells if cell.cell_type == "code"][-1]
+    assert not [o for o in last.outputs if o["output_type"] == "error"], last.outputs
+    stdout = "".join(o.get("text", "") for o in last.outputs if o.get("name") == "stdout")
+    assert "epoch 0: loss" in stdout  # rank 0's output, in the cell, as it trained
+    assert "weights identical on every rank: True" in stdout
+    results = ast.literal_eval(stdout.strip().splitlines()[-1])
+    assert [(r["rank"], r["world_size"], r["device"]) for r in results] == [(0, 2, "cpu"), (1, 2, "cpu")]
+    assert_converged_and_agree(results)
+
+    # Rank 0 saved the unwrapped module (no "module." prefix) with the trained weights.
+    state = torch.load(tmp_path / "checkpoints" / "train_ddp.pt", weights_only=True)
+    assert sorted(state) == ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]
+    assert sum(float(t.double().abs().sum()) for t in state.values()) == pytest.approx(results[0]["checksum"])
+    # nbclient has shut the kernel down; its rank server follows it.
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=30), [
+        (p.pid, p.cmdline()) for p in processes_with_marker(marker)
+    ]
