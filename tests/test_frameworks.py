@@ -29,17 +29,18 @@ EXAMPLES = REPO / "examples"
 SCRIPT_TIMEOUT = 300  # seconds; each example takes 10-40 s on 2 cores
 
 
-def run_example(name: str, cwd: Path) -> List[Dict[str, Any]]:
-    """Run ``examples/<name>.py`` on 2 CPU ranks; return its per-rank results (its last line of output)."""
+def run_example(name: str, cwd: Path, gpus: int = 0) -> List[Dict[str, Any]]:
+    """Run ``examples/<name>.py``; return its per-rank results (its last line of output).
+
+    On 2 CPU ranks by default; with ``gpus``, on every GPU (the example's own choice when it sees them).
+    """
     marker = uuid.uuid4().hex
-    env = {
-        **os.environ,
-        "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
-        "DATABRICKS_AIR_MLFLOW": "0",
-        "AIR_TEST_MARKER": marker,
-    }
-    for name_ in ("MASTER_ADDR", "MASTER_PORT", "CHECKPOINT_PATH", "CHECKPOINT_DIR"):
-        env.pop(name_, None)
+    env = {**os.environ, "DATABRICKS_AIR_MLFLOW": "0", "AIR_TEST_MARKER": marker}
+    for variable in ("DATABRICKS_AIR_ACCELERATOR_TYPE", "MASTER_ADDR", "MASTER_PORT", "CHECKPOINT_PATH"):
+        env.pop(variable, None)
+    env.pop("CHECKPOINT_DIR", None)
+    if not gpus:
+        env["DATABRICKS_AIR_ACCELERATOR_TYPE"] = "CPU"
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py")],
         cwd=cwd,
@@ -52,8 +53,10 @@ def run_example(name: str, cwd: Path) -> List[Dict[str, Any]]:
     # The idle rank server exits with the script, after unloading torch: give it a moment.
     assert wait_until(lambda: not processes_with_marker(marker), timeout=30), "the example left processes behind"
     results = ast.literal_eval(done.stdout.strip().splitlines()[-1])
-    assert [r["rank"] for r in results] == [0, 1]
-    assert all(r["world_size"] == 2 and r["device"] == "cpu" for r in results)
+    ranks = gpus or 2
+    assert [r["rank"] for r in results] == list(range(ranks))
+    assert [r["world_size"] for r in results] == [ranks] * ranks
+    assert [r["device"] for r in results] == ([f"cuda:{i}" for i in range(gpus)] if gpus else ["cpu", "cpu"])
     return results
 
 

@@ -56,3 +56,35 @@ def test_the_attached_gpu_is_detected_by_name() -> None:
         assert fn.accelerator_type is None
     else:
         assert fn.accelerator_type is AcceleratorType.from_gpu_type(model, compute.attached_gpu_count())
+
+
+# --- the framework examples on every GPU, over NCCL (their CPU runs are in test_frameworks.py) ---------------------
+
+
+def test_ddp_example_on_every_gpu(tmp_path) -> None:
+    from test_frameworks import assert_converged_and_agree, run_example
+
+    results = run_example("train_ddp", tmp_path, gpus=compute.attached_gpu_count())
+    assert_converged_and_agree(results)
+    assert (tmp_path / "checkpoints" / "train_ddp.pt").exists()
+
+
+def test_fsdp_example_on_every_gpu_shards_and_restores(tmp_path) -> None:
+    from test_frameworks import assert_converged_and_agree, run_example
+
+    count = compute.attached_gpu_count()
+    results = run_example("train_fsdp", tmp_path, gpus=count)
+    assert_converged_and_agree(results)
+    assert sum(r["shard_fraction"] for r in results) == pytest.approx(1.0)
+    assert all(r["restored_loss"] == r["trained_loss"] for r in results)
+    files = sorted(p.name for p in (tmp_path / "checkpoints" / "train_fsdp").iterdir())
+    assert files == sorted([".checksums.json", ".metadata"] + [f"__{rank}_0.distcp" for rank in range(count)])
+
+
+def test_deepspeed_example_on_every_gpu(tmp_path) -> None:
+    pytest.importorskip("deepspeed")
+    from test_frameworks import assert_converged_and_agree, run_example
+
+    results = run_example("train_deepspeed", tmp_path, gpus=compute.attached_gpu_count())
+    assert_converged_and_agree(results)
+    assert all(r["zero_stage"] == 2 for r in results)
