@@ -195,6 +195,38 @@ def test_an_interrupt_in_the_caller_stops_every_rank_and_frees_the_cluster(conne
     assert_nothing_left()
 
 
+def test_a_rank_whose_ray_actor_dies_fails_the_call_and_takes_its_rank_with_it(
+    connected: Any, tmp_path: Path
+) -> None:
+    import psutil
+
+    started = tmp_path / "started"
+    started.mkdir()
+    function = distributed(num_accelerators=RANKS, accelerator_type="CPU", remote=True, timeout=300)(report_and_sleep)
+    killed: Dict[str, int] = {}
+
+    def kill_the_host_of_rank_3() -> None:
+        if not wait_until(lambda: len(os.listdir(started)) == RANKS, 120):
+            return
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("RANK") == "3" and process.parent().name().startswith("ray::RankHost"):
+                    killed["rank"], killed["host"] = process.pid, process.parent().pid
+                    process.parent().kill()  # as if its node were lost
+                    return
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, AttributeError):
+                continue
+
+    threading.Thread(target=kill_the_host_of_rank_3, daemon=True).start()
+    with pytest.raises(DistributedExecutionError) as caught:
+        function.distributed(str(started))
+    assert killed, "no rank host was found to kill"
+    assert caught.value.rank == 3
+    assert "rank 3 of 4: its Ray actor on 127.0.0.1 died" in str(caught.value)
+    assert not psutil.pid_exists(killed["rank"]) or psutil.Process(killed["rank"]).status() == psutil.STATUS_ZOMBIE
+    assert_nothing_left()
+
+
 # --- what the cluster cannot do --------------------------------------------------------------------------------------
 
 

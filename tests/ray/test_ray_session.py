@@ -18,6 +18,14 @@ from databricks.air.exceptions import RayConnectionError
 from ray_test_support import free_port
 
 
+def test_ray_is_imported_only_when_a_ray_feature_is_used() -> None:
+    code = (
+        "import sys, databricks.air.ray, databricks.air.launcher; from databricks.air import ray_launch; "
+        "assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_without_ray_every_ray_feature_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without Ray looks like to `import ray`
     for use in (
