@@ -20,7 +20,7 @@ from typing import List, Pattern, Set, Tuple
 
 from air_migrate.rules.base import PrefixStatement
 
-TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType")
+TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "TorchDistributor")
 """A file (or cell) that holds none of these, nor an old keyword argument, has nothing a rule changes."""
 _KEYWORD_WORDS = ("gpus", "gpu_type")
 # The old keywords count only as keyword arguments: `num_gpus = 8` or `--gpus` in ML code are no reason to parse.
@@ -39,7 +39,7 @@ def mentions_any(data: bytes) -> bool:
     """
     if b"erverless" in data and _ANY_CASE_BYTES.search(data):  # also `Serverless-GPU` on a pip line
         return True
-    if b"GPUType" in data:
+    if b"GPUType" in data or b"TorchDistributor" in data:
         return True
     return b"gpu" in data and (b"gpus" in data or b"gpu_type" in data) and _KEYWORDS_BYTES.search(data) is not None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple, Type
 
 from air_migrate.rules import REGISTRY, Rule
+from air_migrate.rules.am2xx_codes import DESCRIPTIONS as TORCH_DISTRIBUTOR_CODES
 
 EXTRA_CODES: Dict[str, str] = {
     "AM104": "reported: an H100 type whose count is not a literal (the shape depends on it)",
@@ -18,6 +19,7 @@ EXTRA_CODES: Dict[str, str] = {
     "AM107": "reported: a computed GPU type string",
     "AM901": "reported: a notebook cell skipped (a non-Python cell magic, a multi-line magic)",
     "AM902": "reported: a cell that is not valid Python (e.g. a bare `pip install` line) is skipped",
+    **TORCH_DISTRIBUTOR_CODES,
 }
 
 

@@ -15,6 +15,8 @@ from air_migrate.rules import (  # noqa: F401  (each registers its rule)
     am108_gpu_type_members,
     am110_pip_installs,
     am111_run_magics,
+    am201_torch_distributor,
+    am217_spark_setup,
 )
 
 __all__ = ["REGISTRY", "Finding", "LineRule", "Rule", "register"]

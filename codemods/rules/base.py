@@ -17,10 +17,15 @@ half-migrated without it).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import (
+    TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
+)
 
 import libcst
 from libcst.metadata import PositionProvider
+
+if TYPE_CHECKING:
+    from air_migrate.sources import SourceFile
 
 _EMPTY_MODULE = libcst.Module(body=())
 
@@ -88,6 +93,20 @@ class CellContext:
         raise ValueError(f"line {line} is in no statement of the cell's prefix")
 
 
+@dataclasses.dataclass(frozen=True)
+class FileScan:
+    """What a rule learns of a whole file before its cells are parsed (:meth:`Rule.scan_file`)."""
+
+    parse_all: bool = False
+    """Parse every Python cell, not only those that mention a trigger word (a rewrite that spans cells must see
+    the cell that defines a function as well as the one that runs it)."""
+    findings: Tuple[Tuple[int, Finding], ...] = ()
+    """``(cell number, finding at a line of that cell as written)``: what it found in cells no rule parses (a
+    ``%%writefile`` cell, say); such a cell gets no other report of being skipped."""
+    scratch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Put into the file's :attr:`CellContext.file` before any cell is surveyed."""
+
+
 class Rule(libcst.CSTTransformer):
     """Base of every libcst rule: ``CODE`` (e.g. ``AM101``) and a one-line ``DESCRIPTION`` for ``--list-rules``.
 
@@ -108,6 +127,11 @@ class Rule(libcst.CSTTransformer):
         self.ancestors: List[libcst.CSTNode] = []
         """During the traversal: the original nodes from the module down to the node being visited or left (last),
         kept by the pass at no extra cost (``ParentNodeProvider`` walks the whole cell once more)."""
+
+    @classmethod
+    def scan_file(cls, source: "SourceFile") -> Optional[FileScan]:
+        """Called once per file that passed the text pre-filter, before its cells are parsed; by default nothing."""
+        return None
 
     def survey(self, module: libcst.Module) -> None:
         """Called on every cell of a file before any cell is transformed (metadata resolved); by default nothing."""

@@ -1,0 +1,318 @@
+"""AM201: Spark's ``TorchDistributor(...).run(fn, ...)`` becomes ``@distributed(...)`` on ``fn`` and
+``fn.distributed(...)``.
+
+In a file (or notebook) that mentions ``TorchDistributor``, every Python cell is parsed and surveyed first
+(:mod:`~air_migrate.rules.am2xx_file_scan`, :mod:`~air_migrate.rules.am2xx_survey`), since a notebook builds its
+distributor in one cell, runs it in another and defines the function in a third; then the planner decides the whole
+file at once (:mod:`~air_migrate.rules.am2xx_plan`), and this rule makes each cell's part of it:
+
+* ``@distributed(num_accelerators=N)`` goes above ``def fn``, before its other decorators (so it wraps what
+  ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
+  ``@distributed()``, every GPU; ``use_gpu=False`` adds ``accelerator_type="CPU"`` (``AM203``);
+* ``d.run(fn, *args)`` and ``TorchDistributor(...).run(fn, *args)`` become ``fn.distributed(*args)``, the arguments'
+  source kept as written; a used return value becomes ``fn.distributed(*args)[0]`` (``AM202``);
+* the distributor's assignment goes once none of its uses is left (``AM205``), and so does the ``TorchDistributor``
+  import, replaced by ``from databricks.air import distributed`` where that import is in effect for the function
+  (``AM204``); comments above a statement that goes move to the next one.
+
+Everything the planner cannot rewrite is reported with its own code (``AM206`` to ``AM216``) and left as written;
+``AM217`` reports Spark session setup.
+
+Safety: the decorator, the run and the removals are safe (the same function runs on the same number and kind of
+devices, with the same arguments). Two changes are flagged ``review``: a used return value (``run`` returned rank 0's
+value, ``.distributed()`` returns every rank's, so ``[0]`` keeps the value but a person should check the code that
+uses it), and ``use_gpu=False`` (CPU ranks are an extension of this open runtime; Databricks runs GPUs).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Union
+
+import libcst
+from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
+
+from air_migrate.rules.am2xx_codes import CPU, IMPORT, RANK_ZERO, RUN, VARIABLE
+from air_migrate.rules.am2xx_facts import FileFacts
+from air_migrate.rules.am2xx_file_scan import RESTARTS, may_read_python_names, scan_torch_distributor
+from air_migrate.rules.am2xx_plan import ImportEdit, Plan, plan_file
+from air_migrate.rules.am2xx_survey import survey_cell
+from air_migrate.rules.base import CellContext, FileScan, Finding, Rule, register
+from air_migrate.rules.todo_markers import STATEMENTS
+from air_migrate.sources import SourceFile
+
+_FACTS = "am2xx_facts"
+_PLAN = "am2xx_plan"
+_LEFT = Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]
+
+
+@register
+class TorchDistributorRule(Rule):
+    CODE = RUN
+    DESCRIPTION = (
+        "TorchDistributor(...).run(fn, ...) becomes @distributed(num_accelerators=N) on fn and fn.distributed(...), "
+        "across notebook cells; the distributor and its import go (safe; a used return value and use_gpu=False "
+        "flagged for review)"
+    )
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
+
+    def __init__(self, context: Optional[CellContext] = None) -> None:
+        super().__init__(context)
+        self._plan: Optional[Plan] = None
+        self._carry: Dict[libcst.CSTNode, List[libcst.EmptyLine]] = {}
+        """Comment lines of removed statements, by their block, waiting for the next statement of that block."""
+
+    @classmethod
+    def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
+        return scan_torch_distributor(source)
+
+    # --- before any cell changes ---------------------------------------------------------------------------------
+
+    def survey(self, module: libcst.Module) -> None:
+        file = self.context.file
+        if RESTARTS not in file:
+            return  # the file never mentions TorchDistributor
+        facts = file.get(_FACTS)
+        if facts is None:
+            facts = file[_FACTS] = FileFacts(restarts=file[RESTARTS],
+                                             unparsed=may_read_python_names(self.context.unparsed))
+        survey_cell(self, module, facts)
+
+    def visit_Module(self, node: libcst.Module) -> None:
+        file = self.context.file
+        facts = file.get(_FACTS)
+        if facts is not None and _PLAN not in file:
+            file[_PLAN] = plan_file(facts)  # once every cell is surveyed, before the first one changes
+        self._plan = file.get(_PLAN)
+
+    # --- one traversal: notes where they are found, edits where they apply ---------------------------------------
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        wanted = super().on_visit(node)
+        if self._plan is not None:
+            for note in self._plan.notes.get(node, ()):
+                self.report(node, note.message, attention=True, blocking=note.blocking, code=note.code)
+            functions = self._plan.cpu.get(node)  # type: ignore[call-overload]
+            if functions is not None:
+                assert isinstance(node, libcst.Arg)
+                self._add(node, CPU, f'use_gpu=False -> accelerator_type="CPU" on the decorator of {functions}: CPU '
+                          "ranks (over gloo) are an extension of this open runtime; on Databricks, drop it to run "
+                          "on the GPUs", _source(self.module, node.with_changes(comma=libcst.MaybeSentinel.DEFAULT)),
+                          'accelerator_type="CPU"', review=True)
+        return wanted
+
+    def on_leave(self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode) -> _LEFT:
+        result = super().on_leave(original_node, updated_node)
+        if self._carry and isinstance(original_node, STATEMENTS) and not isinstance(result, libcst.RemovalSentinel):
+            result = self._with_carried_comments(result)
+        return result
+
+    def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.BaseExpression:
+        edit = self._plan.runs.get(original_node) if self._plan is not None else None
+        if edit is None:
+            return updated_node
+        rest = updated_node.args[1:]
+        call = updated_node.with_changes(
+            func=libcst.Attribute(libcst.Name(edit.function), libcst.Name("distributed")),
+            args=rest,
+            whitespace_before_args=_whitespace_before_rest(updated_node),
+        )
+        old = f"{edit.receiver}.run({edit.function}{', ...' if rest else ''})"
+        new = f"{edit.function}.distributed({'...' if rest else ''})"
+        if not edit.rank_zero:
+            self.report(original_node, f"{old} -> {new}", after=call)
+            return call
+        indexed = libcst.Subscript(
+            call.with_changes(lpar=(), rpar=()), [libcst.SubscriptElement(libcst.Index(libcst.Integer("0")))],
+            lpar=call.lpar, rpar=call.rpar,
+        )
+        self.report(original_node, f"{old} -> {new}[0]: run returned rank 0's value, .distributed() returns every "
+                    "rank's in rank order, so [0] keeps it; check the code that uses it", review=True,
+                    code=RANK_ZERO, after=indexed)
+        return indexed
+
+    def leave_FunctionDef(self, original_node: libcst.FunctionDef, updated_node: libcst.FunctionDef) -> _LEFT:
+        decorator = self._plan.decorators.get(original_node) if self._plan is not None else None
+        if decorator is None:
+            return updated_node
+        first = original_node.decorators[0] if original_node.decorators else original_node
+        self._add(first, RUN, f"@{decorator} added to {original_node.name.value}, which TorchDistributor ran", "",
+                  f"@{decorator}", at_start=True)
+        new = libcst.Decorator(libcst.parse_expression(decorator))
+        function = updated_node.with_changes(decorators=[new, *updated_node.decorators])
+        statement = self._plan.before.get(original_node) if self._plan is not None else None
+        if statement is None:
+            return function
+        self._add(first, IMPORT, f"{statement} added above {original_node.name.value}, for its decorator", "",
+                  statement, at_start=True)
+        blank, rest = _split_blank_lines(function.leading_lines)
+        spacing = blank or [libcst.EmptyLine()] * (2 if isinstance(self.ancestors[-2], libcst.Module) else 1)
+        new_import = libcst.parse_statement(statement + "\n").with_changes(leading_lines=blank)
+        return libcst.FlattenSentinel([new_import, function.with_changes(leading_lines=[*spacing, *rest])])
+
+    def leave_Import(self, original_node: libcst.Import, updated_node: libcst.Import) -> libcst.BaseSmallStatement:
+        return self._edit_import(original_node, updated_node)
+
+    def leave_ImportFrom(
+        self, original_node: libcst.ImportFrom, updated_node: libcst.ImportFrom
+    ) -> libcst.BaseSmallStatement:
+        return self._edit_import(original_node, updated_node)
+
+    def leave_SimpleStatementLine(
+        self, original_node: libcst.SimpleStatementLine, updated_node: libcst.SimpleStatementLine
+    ) -> _LEFT:
+        if self._plan is None:
+            return updated_node
+        gone = [index for index, small in enumerate(original_node.body) if self._goes(small)]
+        added = [edit.add_after for small in original_node.body
+                 for edit in [self._plan.imports.get(small)] if edit is not None and edit.add_after]
+        for index in gone:
+            self._report_removal(original_node.body[index])
+        if len(gone) == len(original_node.body):
+            return self._remove_statement(original_node)
+        if gone:
+            kept = [small for index, small in enumerate(updated_node.body) if index not in gone]
+            kept[-1] = kept[-1].with_changes(semicolon=original_node.body[-1].semicolon)
+            updated_node = updated_node.with_changes(body=kept)
+        if not added:
+            return updated_node
+        return libcst.FlattenSentinel([updated_node, *(libcst.parse_statement(text + "\n") for text in added)])
+
+    def leave_IndentedBlock(
+        self, original_node: libcst.IndentedBlock, updated_node: libcst.IndentedBlock
+    ) -> libcst.IndentedBlock:
+        carried = self._carry.pop(original_node, [])
+        if updated_node.body:
+            return updated_node.with_changes(footer=[*carried, *updated_node.footer]) if carried else updated_node
+        # Every statement of the block went: `pass` keeps it a block (and holds the comments that moved).
+        return updated_node.with_changes(body=[libcst.SimpleStatementLine([libcst.Pass()], leading_lines=carried)])
+
+    def leave_Module(self, original_node: libcst.Module, updated_node: libcst.Module) -> libcst.Module:
+        carried = self._carry.pop(original_node, [])
+        if carried:
+            updated_node = updated_node.with_changes(footer=[*carried, *updated_node.footer])
+        if len(updated_node.body) <= len(self.context.prefix) < len(original_node.body):
+            # Every statement of the cell went: the earlier cells' imports put before it keep their line endings.
+            updated_node = updated_node.with_changes(has_trailing_newline=True)
+        return updated_node
+
+    # --- helpers -------------------------------------------------------------------------------------------------
+
+    def _goes(self, small: libcst.BaseSmallStatement) -> bool:
+        """A small statement that is taken out whole: a distributor's assignment, or an import nothing needs."""
+        assert self._plan is not None
+        if small in self._plan.removed:
+            return True
+        edit = self._plan.imports.get(small)
+        return edit is not None and len(edit.drop) == len(_aliases(small)) and edit.replacement is None
+
+    def _report_removal(self, small: libcst.BaseSmallStatement) -> None:
+        assert self._plan is not None
+        name = self._plan.removed.get(small)  # type: ignore[call-overload]
+        if name is not None:
+            self.report(small, f"{name} = TorchDistributor(...) removed: every run of {name} was rewritten",
+                        code=VARIABLE, after="")
+        else:
+            self.report(small, "import removed: nothing uses TorchDistributor any more", code=IMPORT, after="")
+
+    def _remove_statement(self, original: libcst.SimpleStatementLine) -> libcst.RemovalSentinel:
+        """Take the statement out; comments above it move to the next statement of its block."""
+        if any(line.comment is not None for line in original.leading_lines):
+            self._carry.setdefault(self.ancestors[-2], []).extend(original.leading_lines)
+        return libcst.RemoveFromParent()
+
+    def _with_carried_comments(self, result: _LEFT) -> _LEFT:
+        lines = self._carry.pop(self.ancestors[-2], None)
+        if not lines:
+            return result
+        if isinstance(result, libcst.FlattenSentinel):
+            first, *others = result.nodes
+            return libcst.FlattenSentinel([first.with_changes(leading_lines=[*lines, *first.leading_lines]), *others])
+        return result.with_changes(leading_lines=[*lines, *result.leading_lines])  # type: ignore[union-attr]
+
+    def _edit_import(
+        self, original: Union[libcst.Import, libcst.ImportFrom], updated: Union[libcst.Import, libcst.ImportFrom]
+    ) -> libcst.BaseSmallStatement:
+        edit = self._plan.imports.get(original) if self._plan is not None else None
+        if edit is None:
+            return updated
+        new: libcst.BaseSmallStatement = updated
+        if edit.drop and edit.replacement is not None:
+            replaced = libcst.parse_statement(edit.replacement + "\n")
+            assert isinstance(replaced, libcst.SimpleStatementLine)
+            new = replaced.body[0].with_changes(semicolon=updated.semicolon)
+            before = _source(self.module, original.with_changes(semicolon=libcst.MaybeSentinel.DEFAULT))
+            self._add(original, IMPORT, f"{before} -> {edit.replacement}", before, edit.replacement)
+            return new
+        if edit.drop and len(edit.drop) < len(_aliases(original)):
+            dropped = [index for index, alias in enumerate(_aliases(original)) if alias in edit.drop]
+            new = updated.with_changes(names=_without(list(_aliases(updated)), dropped))
+            shown = ", ".join(self.module.code_for_node(_aliases(original)[index].name) for index in dropped)
+            self.report(original, f"{shown} removed from the import: nothing uses it any more", code=IMPORT,
+                        after=new)
+        if edit.add_name is not None and isinstance(new, libcst.ImportFrom):
+            new = new.with_changes(names=_with_name(list(_aliases(new)), edit.add_name))
+            self.report(original, f"{edit.add_name} added to the import, for @{edit.add_name}", code=IMPORT,
+                        after=new)
+        if edit.add_after is not None:
+            self._add(original, IMPORT, f"{edit.add_after} added after this import", "", edit.add_after)
+        return new
+
+    def _add(
+        self, node: libcst.CSTNode, code: str, message: str, before: str, after: str, review: bool = False,
+        at_start: bool = False,
+    ) -> None:
+        """Report a change whose before/after is not the node's own source (an insertion, or part of a node)."""
+        where = self.get_metadata(PositionProvider, node)
+        end = where.start if at_start else where.end
+        self.findings.append(Finding(code, where.start.line, where.start.column + 1, message, review=review,
+                                     end_line=end.line, end_column=end.column + 1, before=before, after=after))
+
+
+def _source(module: libcst.Module, node: libcst.CSTNode) -> str:
+    """A node's source on its own (without the comma or semicolon that joins it to the next)."""
+    return module.code_for_node(node).strip()
+
+
+def _aliases(node: libcst.CSTNode) -> Sequence[libcst.ImportAlias]:
+    names = getattr(node, "names", ())
+    return () if isinstance(names, libcst.ImportStar) else names
+
+
+def _without(names: List[libcst.ImportAlias], dropped: Sequence[int]) -> List[libcst.ImportAlias]:
+    """``names`` less some, the last one kept taking the comma of the last one when that one goes."""
+    kept = [alias for index, alias in enumerate(names) if index not in dropped]
+    if len(names) - 1 in dropped:
+        kept[-1] = kept[-1].with_changes(comma=names[-1].comma)
+    return kept
+
+
+def _with_name(names: List[libcst.ImportAlias], name: str) -> List[libcst.ImportAlias]:
+    """``names`` and ``name`` after the last one (which takes a comma; the new one takes its old one)."""
+    last = names[-1]
+    comma = libcst.Comma(whitespace_after=libcst.SimpleWhitespace(" "))
+    return [*names[:-1], last.with_changes(comma=comma), libcst.ImportAlias(libcst.Name(name), comma=last.comma)]
+
+
+def _whitespace_before_rest(call: libcst.Call) -> libcst.BaseParenthesizableWhitespace:
+    """What follows ``(`` once the function argument is gone: a comment after its comma moves up, not away."""
+    first = call.args[0]
+    if isinstance(first.comma, libcst.Comma) and _has_comment(first.comma.whitespace_after) \
+            and not _has_comment(call.whitespace_before_args):
+        return first.comma.whitespace_after
+    return call.whitespace_before_args
+
+
+def _has_comment(whitespace: libcst.BaseParenthesizableWhitespace) -> bool:
+    if not isinstance(whitespace, libcst.ParenthesizedWhitespace):
+        return False
+    lines = [whitespace.first_line, *whitespace.empty_lines]
+    return any(getattr(line, "comment", None) is not None for line in lines)
+
+
+def _split_blank_lines(lines: Sequence[libcst.EmptyLine]) -> "tuple[list, list]":
+    """The blank lines before the first comment, and the rest."""
+    index = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+    return list(lines[:index]), list(lines[index:])
+
+
+__all__ = ["TorchDistributorRule", "ImportEdit"]

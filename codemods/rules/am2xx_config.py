@@ -1,0 +1,150 @@
+"""Reading a ``TorchDistributor(...)`` call: what ``@distributed`` it becomes, or why it cannot become one.
+
+The constructor of ``pyspark.ml.torch.distributor.TorchDistributor`` is
+``TorchDistributor(num_processes=1, local_mode=True, use_gpu=True)``; its arguments may be given by position, in
+that order, or by keyword. (Its docstring says ``local_mode`` defaults to false; the code says ``True``, and the code
+is what runs.) A configuration carries over only when every value is known exactly:
+
+* ``num_processes``: an integer literal of 1 or more is ``num_accelerators=N``; ``torch.cuda.device_count()`` is the
+  decorator's own default, every GPU of the node;
+* ``local_mode``: ``True`` (or left out); ``False`` runs on the Spark cluster's workers, which ``@distributed`` (one
+  node) does not do;
+* ``use_gpu``: ``True`` (or left out) is GPU ranks; ``False`` is CPU ranks, ``accelerator_type="CPU"``.
+
+Anything else (a name, an expression, ``*args``, ``**kwargs``, a keyword it does not know) is a problem, reported
+with its own code, since guessing would run on a different number or kind of devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, List, Optional, Union
+
+import libcst
+
+from air_migrate.rules.am2xx_codes import CONFIG, LOCAL_MODE
+
+PARAMETERS = ("num_processes", "local_mode", "use_gpu")
+"""The constructor's parameters, in their positional order."""
+ALL_GPUS = None
+"""The count that means every GPU of the node (``num_processes=torch.cuda.device_count()``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What a ``TorchDistributor`` runs on, in ``@distributed``'s terms."""
+
+    count: Optional[int]
+    """Ranks; :data:`ALL_GPUS` for every GPU of the node."""
+    cpu: bool = False
+    """``use_gpu=False``: CPU ranks."""
+
+    def decorator_arguments(self) -> str:
+        """The decorator's argument list, e.g. ``num_accelerators=2, accelerator_type="CPU"``."""
+        arguments = [] if self.count is ALL_GPUS else [f"num_accelerators={self.count}"]
+        if self.cpu:
+            arguments.append('accelerator_type="CPU"')
+        return ", ".join(arguments)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Why a value cannot be carried over, reported at ``node`` with ``code``."""
+
+    code: str
+    message: str
+    node: libcst.CSTNode
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """A constructor call read: its configuration, or the problems that keep it from having one."""
+
+    config: Optional[Config]
+    problems: List[Problem]
+    use_gpu: Optional[libcst.Arg] = None
+    """The ``use_gpu`` argument when it is ``False`` (where the report says CPU ranks are an extension)."""
+
+
+def read_constructor(call: libcst.Call, is_device_count: Callable[[libcst.BaseExpression], bool]) -> Reading:
+    """Read ``TorchDistributor(...)``; ``is_device_count`` tells ``torch.cuda.device_count()`` calls (by scope)."""
+    given, problems = _bind(call)
+    local_mode = _boolean(given.get("local_mode"), True, "local_mode", problems)
+    if local_mode is False:
+        problems.append(Problem(
+            LOCAL_MODE,
+            "local_mode=False runs the ranks on the Spark cluster's workers, several nodes: @distributed runs on this "
+            "node only; for several nodes use @distributed(remote=True, num_accelerators=N, accelerator_type=...) "
+            "on a Ray cluster (see the scaling guide), or keep TorchDistributor",
+            given["local_mode"],
+        ))
+    use_gpu = _boolean(given.get("use_gpu"), True, "use_gpu", problems)
+    count = _count(given.get("num_processes"), is_device_count, use_gpu is False, problems)
+    if problems or use_gpu is None:
+        return Reading(None, problems)
+    config = Config(count, cpu=not use_gpu)
+    cpu_argument = next((arg for arg in call.args if given.get("use_gpu") is arg), None)
+    return Reading(config, [], cpu_argument if config.cpu else None)
+
+
+def _bind(call: libcst.Call) -> "tuple[dict, List[Problem]]":
+    """The arguments by parameter name (each an :class:`libcst.Arg`), and what cannot be bound."""
+    given = {}
+    problems: List[Problem] = []
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            problems.append(Problem(CONFIG, f"{arg.star}-arguments hide the distributor's settings, so they "
+                                            "cannot be carried over: write them out", arg))
+        elif arg.keyword is None:
+            if position < len(PARAMETERS):
+                given[PARAMETERS[position]] = arg
+            else:
+                problems.append(Problem(CONFIG, "TorchDistributor takes three arguments by position (num_processes, "
+                                                "local_mode, use_gpu): this one is not carried over", arg))
+            position += 1
+        elif arg.keyword.value in PARAMETERS:
+            given[arg.keyword.value] = arg
+        else:
+            problems.append(Problem(CONFIG, f"{arg.keyword.value}= has no counterpart on @distributed: remove it, "
+                                            "or migrate this distributor by hand", arg))
+    return given, problems
+
+
+def _boolean(arg: Optional[libcst.Arg], default: bool, name: str, problems: List[Problem]) -> Optional[bool]:
+    if arg is None:
+        return default
+    value = arg.value
+    if isinstance(value, libcst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    problems.append(Problem(CONFIG, f"{name}= is not True or False as written, so air-migrate cannot tell what it "
+                                    f"runs on: write True or False", arg))
+    return None
+
+
+def _count(
+    arg: Optional[libcst.Arg],
+    is_device_count: Callable[[libcst.BaseExpression], bool],
+    cpu: bool,
+    problems: List[Problem],
+) -> Union[int, None]:
+    if arg is None:
+        return 1
+    value = arg.value
+    if isinstance(value, libcst.Integer):
+        count = int(value.evaluated_value)
+        if count >= 1:
+            return count
+        problems.append(Problem(CONFIG, f"num_processes={value.value} is not a number of ranks (TorchDistributor "
+                                        "raises ValueError for it): write 1 or more", arg))
+        return None
+    if is_device_count(value) and not cpu:
+        return ALL_GPUS
+    if is_device_count(value):
+        problems.append(Problem(CONFIG, "num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs "
+                                        "for CPU ranks: write the number of CPU ranks", arg))
+        return None
+    problems.append(Problem(CONFIG, "num_processes is not an integer literal, so air-migrate cannot carry it over "
+                                    "to @distributed(num_accelerators=...): write the number, or migrate by hand",
+                            arg))
+    return None

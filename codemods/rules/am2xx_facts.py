@@ -1,0 +1,149 @@
+"""What the ``TorchDistributor`` rewrite knows of a whole file: facts gathered cell by cell, before any decision.
+
+The rewrite spans cells (a notebook builds its distributor in one cell, runs it in another and defines the function
+in a third), so every cell is surveyed first (:mod:`air_migrate.rules.am2xx_survey`) into one :class:`FileFacts`, and
+only then does the planner decide (:mod:`air_migrate.rules.am2xx_plan`). Facts hold the original libcst nodes of
+their cells, so the rule running over a cell later finds its edits by node.
+
+Module-level names are shared by every cell of a notebook, so they are keyed by name alone (:class:`Var` without a
+scope); a function's local variable is keyed by its scope as well. Positions (:data:`Where`) are ``(cell, line,
+column)``, 1-based, which orders them as a notebook runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst
+
+from air_migrate.rules.am2xx_config import Reading
+
+Where = Tuple[int, int, int]
+"""``(cell, line in the cell, column)``, all 1-based: the order in which a notebook runs its statements."""
+
+TORCH_DISTRIBUTOR = "pyspark.ml.torch.distributor.TorchDistributor"
+DEEPSPEED_DISTRIBUTOR = "pyspark.ml.deepspeed.deepspeed_distributor.DeepspeedTorchDistributor"
+DEVICE_COUNT = "torch.cuda.device_count"
+LAUNCHERS = frozenset({"databricks.air.distributed", "serverless_gpu.distributed"})
+"""What an existing ``distributed`` name may be bound to and still be reused for the decorator."""
+LAUNCHER_MODULES = frozenset({"databricks.air", "serverless_gpu"})
+RUN = "run"
+TRAIN_ON_DATAFRAME = "_train_on_dataframe"
+
+IMPORT, DEF, CLASS, OTHER = "import", "def", "class", "other"
+"""The kinds of :class:`Binding`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    """A variable: a module-level name (``scope`` is ``None``: one per file, shared by its cells), or a local."""
+
+    name: str
+    scope: Optional[object] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The first argument of a ``run(...)`` call: a module-level name to look up, or why it cannot be one."""
+
+    node: libcst.CSTNode
+    var: Optional[Var] = None
+    code: Optional[str] = None
+    problem: Optional[str] = None
+
+
+@dataclasses.dataclass(eq=False)
+class MethodCall:
+    """``receiver.run(...)`` or ``receiver._train_on_dataframe(...)``, on a variable or on a constructor call."""
+
+    call: libcst.Call
+    where: Where
+    method: str
+    value_used: bool
+    """The call is part of an expression or an assignment, not a statement of its own."""
+    target: Optional[Target] = None
+    """For ``run``: what it runs."""
+
+
+@dataclasses.dataclass(eq=False)
+class Construction:
+    """A ``TorchDistributor(...)`` call and what becomes of the object it builds."""
+
+    call: libcst.Call
+    where: Where
+    reading: Reading
+    holder: Optional[Var] = None
+    """``d = TorchDistributor(...)``: the variable."""
+    assign: Optional[libcst.Assign] = None
+    statement: Optional[libcst.SimpleStatementLine] = None
+    """The assignment and its line: what is removed with the variable."""
+    method: Optional[MethodCall] = None
+    """``TorchDistributor(...).run(...)``: the call made on it directly."""
+
+
+@dataclasses.dataclass(eq=False)
+class Binding:
+    """Something that binds a variable: an import, a def, a class, an assignment..."""
+
+    var: Var
+    where: Where
+    node: libcst.CSTNode
+    kind: str
+    imported: Optional[str] = None
+    """For an import: the dotted name it imports (``pyspark.ml.torch.distributor.TorchDistributor``)."""
+    alias: Optional[libcst.ImportAlias] = None
+    guarded: bool = False
+    """Under a module-level ``try`` or ``if``: it may not have run."""
+    construction: Optional[Construction] = None
+    """``name = TorchDistributor(...)``."""
+
+
+@dataclasses.dataclass(eq=False)
+class Use:
+    """A read of a variable, and what it is part of."""
+
+    var: Var
+    where: Where
+    node: libcst.CSTNode
+    method: Optional[MethodCall] = None
+    """The variable is the receiver of this call."""
+    target_of: Optional[libcst.Call] = None
+    """The variable is the first argument of this ``.run(...)`` call."""
+    construction: Optional[Construction] = None
+    """The read is part of the class named by this constructor call (``TorchDistributor`` in ``TorchDistributor(2)``)."""
+    called: bool = False
+    """The variable is called: ``name(...)``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A use of ``TorchDistributor`` (or its DeepSpeed sibling) that is reported as it is, with ``code``."""
+
+    node: libcst.CSTNode
+    where: Where
+    code: str
+    message: str
+
+
+@dataclasses.dataclass
+class FileFacts:
+    """Everything the survey found in a file, in cell order."""
+
+    bindings: Dict[Var, List[Binding]] = dataclasses.field(default_factory=dict)
+    uses: Dict[Var, List[Use]] = dataclasses.field(default_factory=dict)
+    constructions: List[Construction] = dataclasses.field(default_factory=list)
+    method_calls: Dict[libcst.Call, MethodCall] = dataclasses.field(default_factory=dict)
+    references: List[Reference] = dataclasses.field(default_factory=list)
+    restarts: Sequence[Where] = ()
+    """Where the Python process restarts (``%pip``, ``restartPython()``): names bound before are gone after."""
+    unparsed: Sequence[str] = ()
+    """Code no rule parses (skipped cells, masked magics): a name that appears there may still be used."""
+    defined_at: Dict[libcst.CSTNode, Where] = dataclasses.field(default_factory=dict)
+    """Where each def, import or statement of a binding starts."""
+
+    def bind(self, binding: Binding) -> None:
+        self.bindings.setdefault(binding.var, []).append(binding)
+
+    def use(self, use: Use) -> None:
+        self.uses.setdefault(use.var, []).append(use)
