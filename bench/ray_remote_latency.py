@@ -20,7 +20,7 @@ What it measures
 Targets
     remote call (b) <= Ray alone (c) + 1.5 s (the rank's own interpreter, which imports torch, and the polling).
 
-Run: ``.venv/bin/python bench/ray_remote_latency.py`` (about 2 minutes on 2 vCPUs). Nothing asserts on time; the
+Run: ``.venv/bin/python bench/ray_remote_latency.py`` (a few minutes on 2 vCPUs). Nothing asserts on time; the
 script prints a table and PASS/MISS per target. It exits non-zero only if a result is wrong.
 """
 
