@@ -108,7 +108,7 @@ class FileCache:
 
     # -- fetching ---------------------------------------------------------------------------------------------
 
-    def fetch(self, source: str, relative: str, pinned: Callable[[], Collection[str]]) -> str:
+    def fetch(self, source: str, relative: str, pinned: Callable[[], Optional[Collection[str]]]) -> str:
         """The path of a fresh local copy of ``source`` (file ``relative`` of the dataset), copying it if needed."""
         try:
             info = call_with_retries(lambda: self.filesystem.stat(source), f"stat {source}", self.retry)
@@ -131,13 +131,21 @@ class FileCache:
         return self._fill(source, relative, destination, info, pinned)
 
     def _fill(
-        self, source: str, relative: str, destination: str, info: os.stat_result, pinned: Callable[[], Collection[str]]
+        self,
+        source: str,
+        relative: str,
+        destination: str,
+        info: os.stat_result,
+        pinned: Callable[[], Optional[Collection[str]]],
     ) -> str:
         size = info.st_size
         state = self._process_state()
-        with self._locked() as fd:
-            self._make_room(fd, size, pinned, relative)
-            self._write_usage(fd, self._read_usage(fd) + size)
+        counted = self.limit_bytes is not None  # without a cap, only the free-disk floor matters: no bookkeeping
+        if counted or self._low_on_disk(size):
+            with self._locked() as fd:
+                self._make_room(fd, size, pinned, relative)
+                if counted:
+                    self._write_usage(fd, self._read_usage(fd) + size)
         folder = os.path.dirname(destination)
         if folder not in state["made_dirs"]:
             os.makedirs(folder, exist_ok=True)
@@ -149,8 +157,9 @@ class FileCache:
             call_with_retries(lambda: self.filesystem.copy(source, temporary), f"copy {source}", self.retry)
             os.utime(temporary, ns=(time.time_ns(), info.st_mtime_ns))
         except BaseException as error:
-            with self._locked() as fd:
-                self._write_usage(fd, self._read_usage(fd) - size)
+            if counted:
+                with self._locked() as fd:
+                    self._write_usage(fd, self._read_usage(fd) - size)
             _unlink_quietly(temporary)
             if not isinstance(error, OSError):
                 raise
@@ -168,8 +177,11 @@ class FileCache:
                     "Build the dataset again to list the folder as it is now."
                 ) from None
             raise _read_error(source, "copy", error) from error
-        with self._locked() as fd:
-            self._commit(fd, temporary, destination, size, info)
+        if counted:
+            with self._locked() as fd:
+                self._commit(fd, temporary, destination, size, info)
+        else:
+            os.replace(temporary, destination)  # atomic; a concurrent copy of the same file just wins or loses
         return destination
 
     def _commit(self, fd: int, temporary: str, destination: str, size: int, info: os.stat_result) -> None:
@@ -197,16 +209,22 @@ class FileCache:
         usage = os.statvfs(self.files_dir)
         return usage.f_bavail * usage.f_frsize
 
-    def _make_room(self, fd: int, need: int, pinned: Callable[[], Collection[str]], keep: str) -> None:
+    def _low_on_disk(self, need: int) -> bool:
+        return self.min_free_bytes > 0 and self._free_disk() - need < self.min_free_bytes
+
+    def _make_room(self, fd: int, need: int, pinned: Callable[[], Optional[Collection[str]]], keep: str) -> None:
         used = self._read_usage(fd)
         over = self.limit_bytes is not None and used + need > self.limit_bytes
-        low = self.min_free_bytes > 0 and self._free_disk() - need < self.min_free_bytes
+        low = self._low_on_disk(need)
         if not (over or low):
             return
         # Evict a little below the limit, so that a full cache is not scanned again for every new file.
         target = None if self.limit_bytes is None else self.limit_bytes - need - self.limit_bytes // 8
         free_needed = self.min_free_bytes + need - self._free_disk() if low else 0
-        protected = set(pinned())
+        pins = pinned()
+        if pins is None:
+            return  # the caller's pass is over: it must not evict what the current pass may hold
+        protected = set(pins)
         protected.add(keep)
         for _, size, relative in self._by_last_use():
             if relative in protected:

@@ -51,6 +51,11 @@ class UCVolumeReader(FileSystemReader):
             raise IncompleteCheckpointError(
                 str(folder), f"no checkpoint at {folder}: the folder does not exist (or is not a folder)"
             )
+        if not metadata_path.exists() and rank is not None:
+            raise IncompleteCheckpointError(
+                str(folder),
+                f"no {metadata_path.name} in {folder} either (only saves with use_collectives=False write one)",
+            )
         if not metadata_path.exists():
             raise IncompleteCheckpointError(
                 str(folder),

@@ -49,16 +49,37 @@ class BlockChecksums:
         self._filled = 0
 
     def update(self, data: memoryview) -> None:
+        """Hash ``data``, the next bytes of the stream, here."""
+        self.finish_update(self.start_update(data, None))
+
+    def start_update(self, data: memoryview, pool: Optional[ThreadPoolExecutor]) -> List[Any]:
+        """Hash ``data``: the partial blocks here, the whole ones on ``pool`` (each block's CRC is independent).
+
+        Returns what :meth:`finish_update` needs to complete the update; nothing else may be hashed in between.
+        """
+        size, block_size = len(data), self.block_size
         offset = 0
-        while offset < len(data):
-            take = min(self.block_size - self._filled, len(data) - offset)
-            self._current = zlib.crc32(data[offset:offset + take], self._current)
+        pending: List[Any] = []
+        if self._filled:
+            take = min(block_size - self._filled, size)
+            self._current = zlib.crc32(data[:take], self._current)
             self._filled += take
-            offset += take
-            if self._filled == self.block_size:
-                self.blocks.append(self._current)
+            offset = take
+            if self._filled == block_size:
+                pending.append(self._current)
                 self._current, self._filled = 0, 0
-        self.size += len(data)
+        while size - offset >= block_size:
+            block = data[offset:offset + block_size]
+            pending.append(pool.submit(zlib.crc32, block) if pool is not None else zlib.crc32(block))
+            offset += block_size
+        if offset < size:
+            self._current = zlib.crc32(data[offset:], self._current)
+            self._filled += size - offset
+        self.size += size
+        return pending
+
+    def finish_update(self, pending: List[Any]) -> None:
+        self.blocks.extend(item.result() if isinstance(item, Future) else item for item in pending)
 
     def record(self) -> Dict[str, Any]:
         blocks = list(self.blocks)
@@ -83,11 +104,12 @@ class ChecksummingStream(io.RawIOBase):
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         if len(view) >= _OVERLAP_BYTES:
-            hashing: Future = _helper().submit(self._sums.update, view)
+            # Whole blocks are hashed on helper threads while this thread writes the same bytes.
+            pending = self._sums.start_update(view, _helper())
             try:
                 self._raw.write(view)
             finally:
-                hashing.result()
+                self._sums.finish_update(pending)
         else:
             self._sums.update(view)
             self._raw.write(view)

@@ -7,8 +7,8 @@ never calls ``open`` on the source itself.
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 from typing import Dict, List, Optional, Tuple
 
 __all__ = ["VolumeFileSystem"]
@@ -32,8 +32,16 @@ class VolumeFileSystem:
         return os.stat(path)
 
     def copy(self, source: str, destination: str) -> None:
-        """Copy the bytes of file ``source`` into a new file ``destination``."""
-        shutil.copyfile(source, destination)
+        """Copy the bytes of file ``source`` into a new file ``destination`` (in the kernel where it can)."""
+        reader = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            writer = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                _copy_descriptors(reader, writer)
+            finally:
+                os.close(writer)
+        finally:
+            os.close(reader)
 
     def is_local(self, path: str) -> bool:
         """True when ``path`` is on a local disk, where reading it in place is as fast as reading a copy."""
@@ -42,6 +50,31 @@ class VolumeFileSystem:
             return False
         fs_type = _mount_type(real)
         return fs_type is None or not fs_type.startswith(_REMOTE_TYPES)
+
+
+_CHUNK = 8 * 1024 * 1024
+
+
+def _copy_descriptors(reader: int, writer: int) -> None:
+    """Copy ``reader`` to ``writer``: ``sendfile`` (no copy through user space), else plain reads and writes."""
+    copied = 0
+    try:
+        while True:
+            sent = os.sendfile(writer, reader, copied, _CHUNK)
+            if sent == 0:
+                return
+            copied += sent
+    except OSError as error:
+        if copied or error.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+    os.lseek(reader, 0, os.SEEK_SET)
+    while True:
+        chunk = os.read(reader, _CHUNK)
+        if not chunk:
+            return
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(writer, view):]
 
 
 _mounts: Optional[List[Tuple[str, str]]] = None

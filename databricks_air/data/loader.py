@@ -99,10 +99,23 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         current = None
-        if self._volume is not None:
-            current = self._volume._begin_pass(workers=self.num_workers)
-            self._volume._managed_next = self.num_workers == 0
-        return _Delivery(self, super().__iter__(), current)
+        if self._volume is None:
+            return _Delivery(self, super().__iter__(), current)
+        current = self._volume._begin_pass(workers=self.num_workers)
+        self._volume._managed_next = self.num_workers == 0
+        try:
+            inner = super().__iter__()
+        finally:
+            self._volume._managed_next = False
+        return _Delivery(self, inner, current)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads (the dataset's), e.g. to start a resumed training loop from it."""
+        epoch = getattr(self.dataset, "epoch", None)
+        if epoch is None:
+            raise AttributeError(f"{type(self.dataset).__name__} does not track epochs")
+        return epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to the dataset's ``set_epoch`` (see :meth:`UCVolumeDataset.set_epoch`)."""

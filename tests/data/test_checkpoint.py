@@ -88,6 +88,22 @@ def test_a_checkpoint_written_by_torch_loads_without_checksums(tmp_path: Path) -
     _assert_equal(loaded, state)
 
 
+def test_block_checksums_do_not_depend_on_how_the_bytes_are_cut_or_hashed() -> None:
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from databricks.air.data.checksums import BLOCK_SIZE, BlockChecksums
+
+    data = memoryview(os.urandom(2 * BLOCK_SIZE + 12345))
+    expected = [zlib.crc32(data[i:i + BLOCK_SIZE]) for i in range(0, len(data), BLOCK_SIZE)]
+    with ThreadPoolExecutor(3) as pool:
+        for cuts in ([0, len(data)], [0, 100, BLOCK_SIZE + 7, len(data) - 1, len(data)], [0, BLOCK_SIZE, len(data)]):
+            sums = BlockChecksums()
+            for start, end in zip(cuts, cuts[1:]):
+                sums.finish_update(sums.start_update(data[start:end], pool))
+            assert sums.record() == {"size": len(data), "block_size": BLOCK_SIZE, "crc32": expected}
+
+
 def _flip_byte(path: Path, offset: int) -> None:
     with open(path, "r+b") as stream:
         stream.seek(offset)
