@@ -154,6 +154,9 @@ def main() -> None:
     group.add_argument("--gpu", dest="mode", action="store_const", const="gpu", help="every GPU, NCCL")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--max-seconds", type=float, default=0, help="start no further round that would end past this (0: no limit)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # torchrun's side: where rank 0 writes its figure
     args = parser.parse_args()
     mode = args.mode or default_mode()
@@ -178,10 +181,16 @@ def main() -> None:
     print(f"  loop        hidden {shape[0]}, batch {shape[1]} per rank, {shape[2]} timed steps after {shape[3]}\n")
     runs: Dict[str, List[Dict[str, Any]]] = {"ours": [], "torchrun": [], "spawn": []}
     with tempfile.TemporaryDirectory(prefix="air-bench-overhead-") as scratch:
-        for _ in range(args.repeats):  # alternate, so that drifting load hits all alike
+        started = time.monotonic()
+        for repeat in range(args.repeats):  # alternate, so that drifting load hits all alike
+            round_start = time.monotonic()
             runs["ours"].append(run_ours(mode, shape))
             runs["torchrun"].append(run_torchrun(mode, shape, ranks, scratch))
             runs["spawn"].append(run_ours(mode, shape, start_method="spawn"))
+            took = time.monotonic() - round_start
+            if args.max_seconds and time.monotonic() - started + took > args.max_seconds:
+                print(f"  (stopping after {repeat + 1} of {args.repeats} rounds: --max-seconds {args.max_seconds:g})")
+                break
     medians = {
         (name, key): statistics.median(r[key] for r in results)
         for name, results in runs.items()
@@ -209,7 +218,7 @@ def main() -> None:
     print(f"  ratio (c) / (b), steps per second      {spawn_ratio:.3f}   (info: fresh interpreter per rank)")
     if args.json:
         figures = {
-            "mode": mode, "ranks": ranks, "steps": shape[2], "repeats": args.repeats,
+            "mode": mode, "ranks": ranks, "steps": shape[2], "repeats": len(runs["ours"]),
             "ours": medians["ours", "steps_per_second"], "torchrun": medians["torchrun", "steps_per_second"],
             "ratio": ratio, "cpu_ratio": cpu_ratio, "spawn_ratio": spawn_ratio, "runs": runs,
         }
