@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from ray_test_support import CPUS_PER_NODE, RAY_TMPDIR, SESSION_MARKER, free_port  # sets the loopback variables
+from ray_test_support import CPUS_PER_NODE, SESSION_MARKER, free_port  # sets the loopback variables
 
 pytest.importorskip("ray.cluster_utils")  # not `ray`: this very folder would pass for a namespace package
 
@@ -32,7 +31,6 @@ def ray_cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
-        shutil.rmtree(RAY_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,18 @@ is imported. They hold for this process and everything it starts: Ray's nodes, w
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import tempfile
 import time
 import uuid
 from typing import Any, Callable, List
 
-# Short: Ray's socket paths live under it and must stay under 108 bytes.
+# Short: Ray's socket paths live under it and must stay under 108 bytes. Removed when the test process exits.
 RAY_TMPDIR = tempfile.mkdtemp(prefix="airray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+atexit.register(shutil.rmtree, RAY_TMPDIR, ignore_errors=True)
 LOOPBACK_ENVIRONMENT = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray's node-IP lookup then answers 127.0.0.1
     "RAY_USAGE_STATS_ENABLED": "0",
