@@ -26,14 +26,20 @@ uses it), and ``use_gpu=False`` (CPU ranks are an extension of this open runtime
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Union
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Set, Union
 
 import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
 from air_migrate.rules.am2xx_codes import CPU, IMPORT, RANK_ZERO, RUN, VARIABLE
 from air_migrate.rules.am2xx_facts import FileFacts
-from air_migrate.rules.am2xx_file_scan import RESTARTS, may_read_python_names, scan_torch_distributor
+from air_migrate.rules.am2xx_file_scan import (
+    RELEVANT,
+    RESTARTS,
+    may_read_python_names,
+    scan_torch_distributor,
+)
 from air_migrate.rules.am2xx_plan import ImportEdit, Plan, plan_file
 from air_migrate.rules.am2xx_survey import survey_cell
 from air_migrate.rules.base import CellContext, FileScan, Finding, Rule, register
@@ -58,8 +64,10 @@ class TorchDistributorRule(Rule):
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__(context)
         self._plan: Optional[Plan] = None
-        self._carry: Dict[libcst.CSTNode, List[libcst.EmptyLine]] = {}
-        """Comment lines of removed statements, by their block, waiting for the next statement of that block."""
+        self._carry: Dict[libcst.CSTNode, _Carried] = {}
+        """Leading lines of removed statements, by their block, waiting for the next statement of that block."""
+        self._kept: Set[libcst.CSTNode] = set()
+        """The blocks where a statement was kept: a statement removed after that is not the block's first."""
 
     @classmethod
     def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
@@ -75,7 +83,10 @@ class TorchDistributorRule(Rule):
         if facts is None:
             facts = file[_FACTS] = FileFacts(restarts=file[RESTARTS],
                                              unparsed=may_read_python_names(self.context.unparsed))
-        survey_cell(self, module, facts)
+        text = self.context.text or module.code
+        own_text = text.split("\n", self.context.prefix_lines)[-1] if self.context.prefix_lines else text
+        if file[RELEVANT].search(own_text):  # else the cell reads and binds none of the names that matter
+            survey_cell(self, module, facts)
 
     def visit_Module(self, node: libcst.Module) -> None:
         file = self.context.file
@@ -102,8 +113,10 @@ class TorchDistributorRule(Rule):
 
     def on_leave(self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode) -> _LEFT:
         result = super().on_leave(original_node, updated_node)
-        if self._carry and isinstance(original_node, STATEMENTS) and not isinstance(result, libcst.RemovalSentinel):
-            result = self._with_carried_comments(result)
+        if isinstance(original_node, STATEMENTS) and not isinstance(result, libcst.RemovalSentinel):
+            self._kept.add(self.ancestors[-2])
+            if self._carry:
+                result = self._with_carried_lines(result)
         return result
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.BaseExpression:
@@ -144,10 +157,13 @@ class TorchDistributorRule(Rule):
             return function
         self._add(first, IMPORT, f"{statement} added above {original_node.name.value}, for its decorator", "",
                   statement, at_start=True)
+        new_import = libcst.parse_statement(statement + "\n")
+        if self._follows_import(original_node):  # it joins those imports, the function keeps its spacing
+            return libcst.FlattenSentinel([new_import, function])
         blank, rest = _split_blank_lines(function.leading_lines)
         spacing = blank or [libcst.EmptyLine()] * (2 if isinstance(self.ancestors[-2], libcst.Module) else 1)
-        new_import = libcst.parse_statement(statement + "\n").with_changes(leading_lines=blank)
-        return libcst.FlattenSentinel([new_import, function.with_changes(leading_lines=[*spacing, *rest])])
+        return libcst.FlattenSentinel([new_import.with_changes(leading_lines=blank),
+                                       function.with_changes(leading_lines=[*spacing, *rest])])
 
     def leave_Import(self, original_node: libcst.Import, updated_node: libcst.Import) -> libcst.BaseSmallStatement:
         return self._edit_import(original_node, updated_node)
@@ -180,14 +196,14 @@ class TorchDistributorRule(Rule):
     def leave_IndentedBlock(
         self, original_node: libcst.IndentedBlock, updated_node: libcst.IndentedBlock
     ) -> libcst.IndentedBlock:
-        carried = self._carry.pop(original_node, [])
+        carried = self._carry.pop(original_node, _Carried(False)).comments()
         if updated_node.body:
             return updated_node.with_changes(footer=[*carried, *updated_node.footer]) if carried else updated_node
         # Every statement of the block went: `pass` keeps it a block (and holds the comments that moved).
         return updated_node.with_changes(body=[libcst.SimpleStatementLine([libcst.Pass()], leading_lines=carried)])
 
     def leave_Module(self, original_node: libcst.Module, updated_node: libcst.Module) -> libcst.Module:
-        carried = self._carry.pop(original_node, [])
+        carried = self._carry.pop(original_node, _Carried(False)).comments()
         if carried:
             updated_node = updated_node.with_changes(footer=[*carried, *updated_node.footer])
         if len(updated_node.body) <= len(self.context.prefix) < len(original_node.body):
@@ -196,6 +212,19 @@ class TorchDistributorRule(Rule):
         return updated_node
 
     # --- helpers -------------------------------------------------------------------------------------------------
+
+    def _follows_import(self, function: libcst.FunctionDef) -> bool:
+        """The statement just before ``function``, in its block and in this cell, is an import statement."""
+        block = self.ancestors[-2]
+        body = list(getattr(block, "body", ()))
+        index = next((i for i, statement in enumerate(body) if statement is function), 0)
+        first_own = len(self.context.prefix) if isinstance(block, libcst.Module) else 0
+        if index <= first_own:
+            return False
+        previous = body[index - 1]
+        return isinstance(previous, libcst.SimpleStatementLine) and all(
+            isinstance(small, (libcst.Import, libcst.ImportFrom)) for small in previous.body
+        )
 
     def _goes(self, small: libcst.BaseSmallStatement) -> bool:
         """A small statement that is taken out whole: a distributor's assignment, or an import nothing needs."""
@@ -215,19 +244,26 @@ class TorchDistributorRule(Rule):
             self.report(small, "import removed: nothing uses TorchDistributor any more", code=IMPORT, after="")
 
     def _remove_statement(self, original: libcst.SimpleStatementLine) -> libcst.RemovalSentinel:
-        """Take the statement out; comments above it move to the next statement of its block."""
-        if any(line.comment is not None for line in original.leading_lines):
-            self._carry.setdefault(self.ancestors[-2], []).extend(original.leading_lines)
+        """Take the statement out; the lines above it (comments, spacing) go to the next statement of its block."""
+        block = self.ancestors[-2]
+        self._carry.setdefault(block, _Carried(first=block not in self._kept)).lines.extend(original.leading_lines)
         return libcst.RemoveFromParent()
 
-    def _with_carried_comments(self, result: _LEFT) -> _LEFT:
-        lines = self._carry.pop(self.ancestors[-2], None)
-        if not lines:
+    def _with_carried_lines(self, result: _LEFT) -> _LEFT:
+        carried = self._carry.pop(self.ancestors[-2], None)
+        if carried is None:
             return result
-        if isinstance(result, libcst.FlattenSentinel):
-            first, *others = result.nodes
-            return libcst.FlattenSentinel([first.with_changes(leading_lines=[*lines, *first.leading_lines]), *others])
-        return result.with_changes(leading_lines=[*lines, *result.leading_lines])  # type: ignore[union-attr]
+        nodes = list(result.nodes) if isinstance(result, libcst.FlattenSentinel) else [result]
+        first = nodes[0]
+        own = list(first.leading_lines)  # type: ignore[union-attr]
+        if carried.first:
+            lines = [*carried.lines, *_split_blank_lines(own)[1]]  # the block's own spacing replaces this one's
+        elif carried.comments() or not own or own[0].comment is not None:
+            lines = [*carried.lines, *own]  # comments stay; so does the spacing of a statement that had none
+        else:
+            lines = own
+        nodes[0] = first.with_changes(leading_lines=lines)
+        return libcst.FlattenSentinel(nodes) if isinstance(result, libcst.FlattenSentinel) else nodes[0]
 
     def _edit_import(
         self, original: Union[libcst.Import, libcst.ImportFrom], updated: Union[libcst.Import, libcst.ImportFrom]
@@ -266,6 +302,19 @@ class TorchDistributorRule(Rule):
         end = where.start if at_start else where.end
         self.findings.append(Finding(code, where.start.line, where.start.column + 1, message, review=review,
                                      end_line=end.line, end_column=end.column + 1, before=before, after=after))
+
+
+@dataclasses.dataclass
+class _Carried:
+    """The leading lines of removed statements, waiting for the next statement of their block."""
+
+    first: bool
+    """The first of them was the block's first statement."""
+    lines: List[libcst.EmptyLine] = dataclasses.field(default_factory=list)
+
+    def comments(self) -> List[libcst.EmptyLine]:
+        """What must not be lost when no statement follows: the lines, if any holds a comment."""
+        return self.lines if any(line.comment is not None for line in self.lines) else []
 
 
 def _source(module: libcst.Module, node: libcst.CSTNode) -> str:

@@ -43,6 +43,7 @@ DESCRIPTIONS: Dict[str, str] = {
     DISTRIBUTOR_USED: "blocking: a distributor (or TorchDistributor itself) is used for more than its runs",
     DATAFRAME: "blocking: _train_on_dataframe (Spark-only) has no counterpart",
     DEEPSPEED: "blocking: DeepspeedTorchDistributor (camelCase settings) is migrated by hand",
-    WRITEFILE: "blocking: a %%writefile cell writes a script that uses TorchDistributor",
+    WRITEFILE: "blocking: a %%writefile cell or a magic line uses TorchDistributor (not read; a cell in another "
+               "language that mentions it is reported as manual)",
     NAME_CLASH: "blocking: `distributed` already names something else, so the decorator cannot be added",
 }

@@ -111,7 +111,7 @@ class Use:
     target_of: Optional[libcst.Call] = None
     """The variable is the first argument of this ``.run(...)`` call."""
     construction: Optional[Construction] = None
-    """The read is part of the class named by this constructor call (``TorchDistributor`` in ``TorchDistributor(2)``)."""
+    """The read is part of the class this constructor call names (``td`` in ``td.TorchDistributor(2)``)."""
     called: bool = False
     """The variable is called: ``name(...)``."""
 
@@ -138,9 +138,7 @@ class FileFacts:
     restarts: Sequence[Where] = ()
     """Where the Python process restarts (``%pip``, ``restartPython()``): names bound before are gone after."""
     unparsed: Sequence[str] = ()
-    """Code no rule parses (skipped cells, masked magics): a name that appears there may still be used."""
-    defined_at: Dict[libcst.CSTNode, Where] = dataclasses.field(default_factory=dict)
-    """Where each def, import or statement of a binding starts."""
+    """Code no rule parses that may read the file's names (masked magics, Python cells that did not parse)."""
 
     def bind(self, binding: Binding) -> None:
         self.bindings.setdefault(binding.var, []).append(binding)

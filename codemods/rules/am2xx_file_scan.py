@@ -7,13 +7,16 @@ never names it), and this scan finds what no parse shows:
   imported before such a line is gone after it, so the ``distributed`` import must come after the last restart
   before the function it decorates;
 * ``%%writefile`` cells (Jupyter, or Databricks ``# MAGIC`` cells) that mention ``TorchDistributor``: they write a
-  script that runs under torchrun, which has no decorator form (``AM215``, blocking).
+  script that runs under torchrun, which has no decorator form (``AM215``, blocking);
+* the names the rewrite can concern (:func:`relevant_words`), found with :mod:`ast`, which is much cheaper than
+  libcst's scope analysis: a cell that mentions none of them is not surveyed at all.
 """
 
 from __future__ import annotations
 
+import ast
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from air_migrate.rules.am2xx_codes import WRITEFILE
 from air_migrate.rules.am2xx_facts import Where
@@ -23,26 +26,35 @@ from air_migrate.sources import SourceFile
 WORD = "TorchDistributor"
 RESTARTS = "am2xx_restarts"
 """The scratch key of the restart points, a tuple of :data:`~air_migrate.rules.am2xx_facts.Where`."""
+RELEVANT = "am2xx_relevant"
+"""The scratch key of the pattern that finds, in a cell's text, a word the rewrite can concern."""
+_ALWAYS_RELEVANT = ("TorchDistributor", "DeepspeedTorchDistributor", "pyspark", "distributed", "databricks",
+                    "serverless_gpu")
+_METHODS = ("run", "_train_on_dataframe")
 _RESTART = re.compile(
     r"^[ \t]*(?:# MAGIC[ \t]*)?(?:%pip\b|%restart_python\b|(?:dbutils\.library\.)?restartPython[ \t]*\()"
 )
 _WRITEFILE = re.compile(r"^(?P<lead>[ \t]*(?:# MAGIC[ \t]*)?)%%(?:writefile|file)\b")
-_CELL_LANGUAGE = re.compile(r"^(?:%%|# MAGIC[ \t]*%)(?P<magic>[\w-]+)")
-"""A cell magic, or the magic of a Databricks ``# MAGIC`` cell: what language the cell holds."""
-_PYTHON_MAGICS = ("python", "python3", "time", "timeit", "capture", "prun")
+_CELL_LANGUAGE = re.compile(r"^(?:# MAGIC[ \t]*)?%%?(?P<magic>[\w-]+)")
+"""A magic (of a cell, a line, or a Databricks ``# MAGIC`` cell): what language the rest holds."""
+_OTHER_LANGUAGES = frozenset({
+    "sh", "bash", "sql", "md", "md-sandbox", "markdown", "scala", "r", "fs", "writefile", "file", "html",
+    "javascript", "js", "latex", "perl", "ruby", "svg", "pip", "conda", "run", "restart_python",
+})
+"""Magics whose text cannot read the notebook's Python names (``%%writefile train.py`` names a file)."""
 
 
 def may_read_python_names(texts: Sequence[str]) -> List[str]:
     """The pieces of unparsed code that may read the notebook's Python names: masked line magics (``%time f()``)
-    and Python cells that did not parse, but not cells in another language (``%%bash``, ``%%writefile``, Databricks
-    ``# MAGIC %sql``...), where ``train`` in ``%%writefile train.py`` is a file name."""
+    and Python cells that did not parse, but not magics in another language (``%%bash``, ``%%writefile``,
+    ``%pip``, Databricks ``# MAGIC %sql``...), where ``train`` in ``%%writefile train.py`` is a file name."""
     kept = []
     for text in texts:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         if first.startswith("# DBTITLE"):
             first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         magic = _CELL_LANGUAGE.match(first)
-        if magic is None or magic.group("magic") in _PYTHON_MAGICS:
+        if magic is None or magic.group("magic") not in _OTHER_LANGUAGES:
             kept.append(text)
     return kept
 
@@ -63,25 +75,78 @@ def scan_torch_distributor(source: SourceFile) -> Optional[FileScan]:
             continue
         lines = cell.raw.splitlines()
         restarts.extend((cell.number, index, 1) for index, line in enumerate(lines, start=1) if _RESTART.match(line))
-        if cell.text is None and WORD in cell.raw:
-            finding = _writefile_finding(lines)
-            if finding is not None:
-                findings.append((cell.number, finding))
-    return FileScan(parse_all=True, findings=tuple(findings), scratch={RESTARTS: tuple(restarts)})
+        if WORD in cell.raw:
+            findings.extend((cell.number, finding) for finding in _unread_mentions(cell.text, cell.masks, lines))
+    words = relevant_words([cell.text for cell in source.cells if cell.code and cell.text is not None])
+    pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b")
+    return FileScan(parse_all=True, findings=tuple(findings), scratch={RESTARTS: tuple(restarts), RELEVANT: pattern})
 
 
-def _writefile_finding(lines: List[str]) -> Optional[Finding]:
-    for index, line in enumerate(lines, start=1):
-        if not line.strip() or line.startswith("# DBTITLE"):
-            continue
-        found = _WRITEFILE.match(line)
-        if found is None:
-            return None
-        return Finding(
-            WRITEFILE, index, found.end("lead") + 1,
-            "this %%writefile cell writes a script that uses TorchDistributor; scripts run with torchrun and have "
-            "no decorator form, so air-migrate leaves it: move the training code into a function of this notebook "
-            "decorated with @distributed(...), or migrate the script by hand",
-            attention=True, blocking=True,
-        )
-    return None
+def relevant_words(texts: Sequence[str]) -> Set[str]:
+    """Every name a ``TorchDistributor`` rewrite of these cells can read or bind (a superset): the distributor
+    classes and their import aliases, variables assigned a call of them, the functions their ``run`` is given,
+    and the decorator's name and packages."""
+    trees = []
+    for text in texts:
+        try:
+            trees.append(ast.parse(text))
+        except (SyntaxError, ValueError):
+            continue  # not parsed by libcst either, so never surveyed
+    words = set(_ALWAYS_RELEVANT)
+    nodes = [node for tree in trees for node in ast.walk(tree)]
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and _from_pyspark(node):
+            words.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    for node in nodes:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _root(node.value) in words:
+            words.update(target.id for target in node.targets if isinstance(target, ast.Name))
+    for node in nodes:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _METHODS \
+                and _root(node.func.value) in words and node.args and isinstance(node.args[0], ast.Name):
+            words.add(node.args[0].id)
+    return words
+
+
+def _from_pyspark(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module or "").split(".")[0] == "pyspark"
+    return any(alias.name.split(".")[0] == "pyspark" for alias in node.names)  # type: ignore[attr-defined]
+
+
+def _root(node: ast.expr) -> str:
+    """The name an expression starts from: ``a`` for ``a.b(c).d``."""
+    while isinstance(node, (ast.Attribute, ast.Call)):
+        node = node.value if isinstance(node, ast.Attribute) else node.func
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _unread_mentions(text: Optional[str], masks: Dict[str, str], lines: List[str]) -> Iterator[Finding]:
+    """``TorchDistributor`` where no rule reads it (``AM215``): in a ``%%writefile`` cell or a magic line of Python
+    (both blocking: the rest of the file cannot be migrated around them), or in a cell of another language."""
+    if text is not None:
+        for magic in masks.values():
+            if WORD in magic:
+                index = next(i for i, line in enumerate(lines, start=1) if magic in line)
+                yield Finding(WRITEFILE, index, lines[index - 1].index(magic) + 1,
+                              "this magic line uses TorchDistributor, which air-migrate cannot rewrite inside a "
+                              "magic: write it as plain Python (without the magic), then run air-migrate again",
+                              attention=True, blocking=True)
+        return
+    index, line = next(((i, line) for i, line in enumerate(lines, start=1)
+                        if line.strip() and not line.startswith("# DBTITLE")), (1, ""))
+    magic = _CELL_LANGUAGE.match(line.strip())
+    column = len(line) - len(line.lstrip()) + 1
+    if _WRITEFILE.match(line):
+        yield Finding(WRITEFILE, index, _WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
+                      "this %%writefile cell writes a script that uses TorchDistributor; scripts run with torchrun "
+                      "and have no decorator form, so air-migrate leaves it: move the training code into a function "
+                      "of this notebook decorated with @distributed(...), or migrate the script by hand",
+                      attention=True, blocking=True)
+    elif magic is not None and magic.group("magic") in _OTHER_LANGUAGES:
+        shown = re.sub(r"^# MAGIC[ \t]*", "", line.strip()).split()[0]
+        yield Finding(WRITEFILE, index, column, f"this {shown} cell mentions TorchDistributor; air-migrate does not "
+                      "read other languages: check it by hand", attention=True)
+    else:
+        yield Finding(WRITEFILE, index, column, "this cell mentions TorchDistributor but air-migrate cannot read it "
+                      "(a magic over several lines?), and the rest of the notebook cannot be migrated around it: "
+                      "write it as plain Python, then run air-migrate again", attention=True, blocking=True)

@@ -35,7 +35,6 @@ from air_migrate.rules.am2xx_codes import (
     NAME_CLASH,
     TARGET,
 )
-from air_migrate.rules.am2xx_config import Config
 from air_migrate.rules.am2xx_facts import (
     CLASS,
     DEF,
@@ -49,7 +48,6 @@ from air_migrate.rules.am2xx_facts import (
     Construction,
     FileFacts,
     MethodCall,
-    Use,
     Var,
     Where,
 )
@@ -217,16 +215,16 @@ class _Planner:
             return
         construction = bindings[0].construction
         if not uses and construction.assign is not None:
-            self.plan.note(construction.assign, DISTRIBUTOR_USED, f"the distributor {var.name} is never run in this "
-                           "file, so it is left as it is (and so is its import): remove it if nothing else uses it",
-                           blocking=False)
+            self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never run in "
+                           "this file, so it is left as it is (and so is its import): remove it if nothing else uses "
+                           "it", blocking=False)
         for use in uses:
             if use.method is not None:
                 self._read_method(use.method, construction, var)
             else:
-                self.plan.note(use.node, DISTRIBUTOR_USED, f"the distributor {var.name} is used here for more than "
-                               "its runs (passed on, copied or inspected), so it cannot be taken out: migrate this "
-                               "use by hand")
+                self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for more "
+                               "than its runs (passed on, copied or inspected), so it cannot be taken out: migrate "
+                               "this use by hand")
 
     def _read_method(self, method: MethodCall, construction: Construction, var: Optional[Var]) -> None:
         if method.method == TRAIN_ON_DATAFRAME:
@@ -298,15 +296,20 @@ class _Planner:
         for use in self.facts.uses.get(function, []):
             if use.target_of in run_calls:
                 continue
-            how = "called directly" if use.called else "used"
-            self.plan.note(use.node, FUNCTION_USED, f"{name} is also {how} here: once decorated, {name}(...) raises "
-                           f"and {name} is no longer a plain function; call {name}.func(...) for the plain function, "
-                           "then run air-migrate again")
+            if use.called:
+                message = (f"{name} is also called directly here: once decorated, {name}(...) raises; call "
+                           f"{name}.func(...) to run the plain function, then run air-migrate again")
+            else:
+                message = (f"{name} is also used here, not only run by TorchDistributor: once decorated it is no "
+                           f"longer a plain function; use {name}.func for that, then run air-migrate again")
+            self.plan.note(use.node, FUNCTION_USED, message)
             _block(runs)
         definition = next((run.definition for run in runs if run.definition is not None), None)
         if definition is not None and _mentions(self.facts.unparsed, name):
-            self.plan.note(getattr(definition.node, "name", definition.node), FUNCTION_USED, f"{name} also appears in a cell or magic air-migrate "
-                           "cannot read, where the decorator could break it: check it, then migrate by hand")
+            function = definition.node
+            assert isinstance(function, libcst.FunctionDef)
+            self.plan.note(function.name, FUNCTION_USED, f"{name} also appears in a cell or magic air-migrate cannot "
+                           "read, where the decorator could break it: check it, then migrate by hand")
             _block(runs)
         configs = {run.construction.reading.config for run in runs
                    if run.construction is not None and run.construction.reading.config is not None}
@@ -409,21 +412,22 @@ class _Planner:
                 available.append(self._import_for(definition, launcher))
 
     def _import_for(self, definition: Binding, launcher: _Launcher) -> Where:
-        """Plan an import in effect at ``definition``: joined to a ``databricks.air`` import, in place of the
-        ``TorchDistributor`` import, or above the function; return where it is."""
+        """Plan an import in effect at ``definition``: joined to a ``databricks.air`` import, in place of (or next
+        to) the ``TorchDistributor`` import, or else above the function; return where it is."""
         if launcher.expression == DECORATOR:
             for binding in self._air_from_imports():
                 if self._in_effect(binding.where, definition.where):
                     self.plan.imports.setdefault(binding.node, ImportEdit()).add_name = DECORATOR
                     return binding.where
         for binding in self._torch_distributor_imports():
-            edit = self.plan.imports[binding.node]
+            edit = self.plan.imports.get(binding.node, ImportEdit())
             if edit.replacement is None and edit.add_after is None and self._in_effect(binding.where,
                                                                                        definition.where):
                 if len(edit.drop) == len(_aliases(binding.node)):
                     edit.replacement = launcher.statement
                 else:
                     edit.add_after = launcher.statement
+                self.plan.imports[binding.node] = edit
                 return binding.where
         function = definition.node
         assert isinstance(function, libcst.FunctionDef)
@@ -431,10 +435,11 @@ class _Planner:
         return definition.where
 
     def _torch_distributor_imports(self) -> List[Binding]:
-        """The import bindings whose statements lose an alias, in file order."""
+        """The module-level imports of TorchDistributor (or its module), in file order: the new import goes next to
+        one of them, in its place when it goes."""
         return sorted(
-            (binding for bindings in self.facts.bindings.values() for binding in bindings
-             if binding.node in self.plan.imports and self.plan.imports[binding.node].drop),
+            (binding for var, bindings in self.facts.bindings.items() if var.scope is None
+             for binding in bindings if _imports_torch_distributor(binding) and not binding.guarded),
             key=lambda binding: binding.where,
         )
 

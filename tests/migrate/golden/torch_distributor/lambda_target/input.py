@@ -1,0 +1,6 @@
+# Databricks notebook source
+from pyspark.ml.torch.distributor import TorchDistributor
+
+# COMMAND ----------
+
+TorchDistributor(num_processes=2).run(lambda: print("hello from a rank"))
