@@ -125,14 +125,14 @@ class _Launcher:
 
     @classmethod
     def reusing(cls, bindings: Sequence[Binding]) -> "_Launcher":
+        """The spelling of existing imports; imported again (after a restart) from ``databricks.air``, which
+        ``serverless_gpu`` imports become anyway."""
         ordered = tuple(sorted(bindings, key=lambda binding: binding.where))
-        first = ordered[0]
-        name = first.var.name
-        if isinstance(first.node, libcst.ImportFrom):
-            module = (first.imported or "").rsplit(".", 1)[0]
+        name = ordered[0].var.name
+        if isinstance(ordered[0].node, libcst.ImportFrom):
             alias = "" if name == DECORATOR else f" as {name}"
-            return cls(name, f"from {module} import {DECORATOR}{alias}", ordered)
-        return cls(f"{name}.{DECORATOR}", f"import {first.imported} as {name}", ordered)
+            return cls(name, f"from {NEW_MODULE} import {DECORATOR}{alias}", ordered)
+        return cls(f"{name}.{DECORATOR}", f"import {NEW_MODULE} as {name}", ordered)
 
 
 @dataclasses.dataclass(eq=False)
