@@ -158,7 +158,6 @@ class _RemoteCall:
         for place, pid in zip(self.places, pids):
             log_path = self.outputs[place.rank].log_path
             self.outcomes[place.rank] = RankOutcome(rank=place.rank, pid=pid, log_path=log_path)
-            self._poll_again(place.rank)
         print(f"databricks.air: {self._describe_places()}", file=sys.stderr, flush=True)
 
     def _get_all(self, refs: List[Any], deadline: Optional[float], doing: str) -> List[Any]:
@@ -226,6 +225,12 @@ class _RemoteCall:
         return wait
 
     def _receive(self, seconds: float) -> None:
+        # An interrupt may land anywhere in here: a rank whose poll was taken but not handled is polled again (its
+        # exit status stays with its host, so only some output can be lost, and only then).
+        polled = set(self.polls.values())
+        for outcome in self.running:
+            if outcome.rank not in polled:
+                self._poll_again(outcome.rank)
         ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=seconds)
         if ready:  # take every other answer that is in too
             ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
@@ -238,9 +243,7 @@ class _RemoteCall:
                 continue
             for stream, data in report["output"]:
                 self.outputs[rank].feed(stream, data)
-            if report["status"] is None:
-                self._poll_again(rank)
-            else:
+            if report["status"] is not None:
                 self._on_exit(rank, report["status"], report["result"])
 
     def _poll_again(self, rank: int) -> None:
@@ -248,17 +251,15 @@ class _RemoteCall:
 
     def _on_exit(self, rank: int, status: int, result: Optional[bytes]) -> None:
         outcome = self.outcomes[rank]
-        outcome.status = status
-        outcome.exited_at = time.time()
         outcome.record = self._read_record(rank, result)
+        outcome.exited_at = time.time()
+        outcome.status = status  # last: a rank counts as ended only once all of this is known
         if not outcome.succeeded and self.stopping_since is None:
             self._stop()
 
     def _host_lost(self, rank: int, error: BaseException) -> None:
         """The rank's actor died (its node was lost, or Ray killed it): the rank is gone with it."""
         outcome = self.outcomes[rank]
-        outcome.status = -signal.SIGKILL
-        outcome.exited_at = time.time()
         summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         outcome.record = {
             "ok": False,
@@ -266,6 +267,8 @@ class _RemoteCall:
             "message": f"its Ray actor on {self.places[rank].slot.node_ip} died ({summary})",
             "time": time.time(),
         }
+        outcome.exited_at = time.time()
+        outcome.status = -signal.SIGKILL
         if self.stopping_since is None:
             self._stop()
 
