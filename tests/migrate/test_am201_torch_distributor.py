@@ -32,7 +32,7 @@ def codes(lines: List[str]) -> List[str]:
     return [line.split(": ", 1)[1].split(" ", 2)[0] + " " + line.split(": ", 1)[1].split(" ", 2)[1] for line in lines]
 
 
-# --- recognising TorchDistributor ------------------------------------------------------------------------------------
+# --- recognising TorchDistributor -------------------------------------------------------------------------------------
 
 
 def test_only_pyspark_torch_distributor_is_recognised_whatever_else_shares_its_name() -> None:
@@ -81,7 +81,9 @@ def test_a_guarded_import_with_a_fallback_is_not_trusted() -> None:
 
 
 def test_a_torch_distributor_imported_nowhere_in_the_file_is_reported_not_guessed() -> None:
-    source = "# Databricks notebook source\n# MAGIC %run ./setup\n\n# COMMAND ----------\n\nTorchDistributor(2).run(train)\n"
+    source = (
+        "# Databricks notebook source\n# MAGIC %run ./setup\n\n# COMMAND ----------\n\nTorchDistributor(2).run(train)\n"
+    )
     out, report = migrate(source)
     assert out == source
     assert report == [
@@ -104,7 +106,7 @@ def test_the_rules_can_be_left_out() -> None:
     assert migrate(source, rules=rules) == (source, [])
 
 
-# --- constructor settings --------------------------------------------------------------------------------------------
+# --- constructor settings ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -121,7 +123,10 @@ def test_the_rules_can_be_left_out() -> None:
     ],
 )
 def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: str) -> None:
-    source = f"import torch\nfrom torch import cuda\n{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor({arguments}).run(train)\n"
+    source = (
+        f"import torch\nfrom torch import cuda\n{IMPORT}\ndef train():\n    return 1\n\n"
+        f"TorchDistributor({arguments}).run(train)\n"
+    )
     out, _ = migrate(source)
     assert f"@{decorator}\ndef train():" in out and "train.distributed()" in out and "pyspark" not in out
 
@@ -151,7 +156,7 @@ def test_settings_that_cannot_be_carried_over_block_the_file(arguments: str, mes
     assert [line.split(": ", 1)[1] for line in report] == [f"AM208 blocking {message}"]
 
 
-# --- runs and their targets ------------------------------------------------------------------------------------------
+# --- runs and their targets -------------------------------------------------------------------------------------------
 
 
 def test_a_used_value_keeps_rank_zeros_meaning_in_any_expression() -> None:
@@ -263,7 +268,7 @@ def test_a_cell_in_another_language_that_mentions_torch_distributor_is_reported_
                          "does not read other languages: check it by hand")
 
 
-# --- what goes, and where the import comes -----------------------------------------------------------------------------
+# --- what goes, and where the import comes ----------------------------------------------------------------------------
 
 
 def test_statements_that_go_leave_their_comments_and_a_valid_block() -> None:
@@ -377,3 +382,21 @@ def test_insertions_are_reported_with_what_they_add() -> None:
         '@distributed(num_accelerators=1, accelerator_type="CPU")\ndef train():\n    return 1\n\n'
         "train.distributed()\n"
     ).encode()
+
+
+def test_an_aliased_decorator_import_is_bound_again_after_a_restart_from_databricks_air() -> None:
+    source = (
+        "# Databricks notebook source\nimport serverless_gpu as sg\n" + IMPORT +
+        "\ndef train():\n    return 1\n\n"
+        "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
+        "def evaluate():\n    return 2\n\nTorchDistributor(2).run(train)\nTorchDistributor(2).run(evaluate)\n"
+    )
+    out, _ = migrate(source)
+    assert out == (
+        "# Databricks notebook source\nimport databricks.air as sg\n"
+        "\n@sg.distributed(num_accelerators=2)\ndef train():\n    return 1\n\n"
+        "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
+        "import databricks.air as sg\n\n"
+        "@sg.distributed(num_accelerators=2)\ndef evaluate():\n    return 2\n\n"
+        "train.distributed()\nevaluate.distributed()\n"
+    )

@@ -63,6 +63,8 @@ def test_look_alikes_are_not_reported() -> None:
 
 
 def test_files_without_torch_distributor_are_not_looked_at() -> None:
-    source = "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nspark.conf.set('a', 'b')\n"
+    source = (
+        "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nspark.conf.set('a', 'b')\n"
+    )
     result = migrate_file("job.py", source.encode(), [REGISTRY["AM217"]])
     assert not result.relevant and result.records == []
