@@ -75,6 +75,8 @@ def load_example_module(name: str) -> ModuleType:
     return module
 
 
+# Loading in this one process is the point; torch warns that it assumes so even when asked with no_dist=True.
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 def test_fsdp_example_shards_the_model_and_its_checkpoint_restores_it(tmp_path: Path) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
