@@ -6,8 +6,8 @@ The driver knows nothing of individual rules. For one file it:
 2. splits it into cells (:mod:`air_migrate.sources`) and lets the line rules look at the raw lines of each code cell
    (``%pip``, ``%run``, ``# MAGIC`` lines);
 3. lets each rule scan the whole file first (:meth:`~air_migrate.rules.base.Rule.scan_file`: a rewrite that spans
-   cells asks for every cell to be parsed), then parses each Python cell that mentions a trigger word, with the
-   imports of the earlier cells before it so that names resolve across cells in order
+   cells asks for the cells it needs), then parses each Python cell that mentions a trigger word or that a rule
+   asked for, with the imports of the earlier cells before it so that names resolve across cells in order
    (:mod:`air_migrate.cell_context`); a cell that does not parse is reported and skipped while the others are
    migrated;
 4. lets every rule survey every parsed cell, then runs all rules over each cell in one traversal, so positions are
@@ -103,7 +103,7 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
     scratch: Dict[str, object] = {}  # one per file: nothing a rule learns leaks into another file
     unparsed: List[str] = []
     parsed: List[_ParsedCell] = []
-    parse_all, scanned = _scan_file(result, source, rule_types, scratch)
+    wanted, scanned = _scan_file(result, source, rule_types, scratch)
     for cell in source.cells:
         if not cell.code:
             continue
@@ -113,7 +113,7 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
                 _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1, attention=True)
             continue
         unparsed.extend(cell.masks.values())
-        if not parse_all and not context.mentions(cell.text):
+        if cell.number not in wanted and not context.mentions(cell.text):
             context.add(cell.number, cell.text)
             continue
         newline = _newline(cell.text)
@@ -139,20 +139,20 @@ def _scan_file(
     result: FileResult, source: SourceFile, rule_types: Sequence[Type[Rule]], scratch: Dict[str, object]
 ) -> "tuple[bool, Set[int]]":
     """Let each rule look at the whole file first (:meth:`Rule.scan_file`); record what they found in cells no rule
-    parses. Returns whether every Python cell must be parsed, and the cells those findings are in."""
-    parse_all = False
+    parses. Returns the cells the rules want parsed whatever words they hold, and the cells of those findings."""
+    wanted: Set[int] = set()
     scanned: Set[int] = set()
     for rule in rule_types:
         scan = rule.scan_file(source)
         if scan is None:
             continue
-        parse_all |= scan.parse_all
+        wanted |= scan.parse
         scratch.update(scan.scratch)
         for number, found in scan.findings:
             _record(result, source, source.cells[number - 1], found.code, found.message, found.line, found.column,
                     attention=found.attention, blocking=found.blocking, review=found.review)
             scanned.add(number)
-    return parse_all, scanned
+    return wanted, scanned
 
 
 def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[LineRule]) -> List[int]:

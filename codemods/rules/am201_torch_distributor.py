@@ -1,10 +1,11 @@
 """AM201: Spark's ``TorchDistributor(...).run(fn, ...)`` becomes ``@distributed(...)`` on ``fn`` and
 ``fn.distributed(...)``.
 
-In a file (or notebook) that mentions ``TorchDistributor``, every Python cell is parsed and surveyed first
-(:mod:`~air_migrate.rules.am2xx_file_scan`, :mod:`~air_migrate.rules.am2xx_survey`), since a notebook builds its
-distributor in one cell, runs it in another and defines the function in a third; then the planner decides the whole
-file at once (:mod:`~air_migrate.rules.am2xx_plan`), and this rule makes each cell's part of it:
+In a file (or notebook) that mentions ``TorchDistributor``, every cell that mentions a name the rewrite can concern
+is parsed and surveyed first (:mod:`~air_migrate.rules.am2xx_file_scan`, :mod:`~air_migrate.rules.am2xx_survey`),
+since a notebook builds its distributor in one cell, runs it in another and defines the function in a third; then
+the planner decides the whole file at once (:mod:`~air_migrate.rules.am2xx_plan`), and this rule makes each cell's
+part of it:
 
 * ``@distributed(num_accelerators=N)`` goes above ``def fn``, before its other decorators (so it wraps what
   ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives

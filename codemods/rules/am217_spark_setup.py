@@ -47,7 +47,9 @@ class SparkSetupRule(Rule):
     def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
         if not mentions_torch_distributor(source):
             return None
-        return FileScan(parse_all=True, scratch={_ACTIVE: True})
+        wanted = frozenset(cell.number for cell in source.cells
+                           if cell.text is not None and ("getOrCreate" in cell.text or ".conf" in cell.text))
+        return FileScan(wanted, scratch={_ACTIVE: True})
 
     def survey(self, module: libcst.Module) -> None:
         if not self.context.file.get(_ACTIVE):

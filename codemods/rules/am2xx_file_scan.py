@@ -9,7 +9,8 @@ never names it), and this scan finds what no parse shows:
 * ``%%writefile`` cells (Jupyter, or Databricks ``# MAGIC`` cells) that mention ``TorchDistributor``: they write a
   script that runs under torchrun, which has no decorator form (``AM215``, blocking);
 * the names the rewrite can concern (:func:`relevant_words`), found with :mod:`ast`, which is much cheaper than
-  libcst's scope analysis: a cell that mentions none of them is not surveyed at all.
+  libcst: only the cells that mention one of them are parsed and surveyed (they hold every binding and every read
+  of those names), so the other rules do not pay for the rest of a long notebook either.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def scan_torch_distributor(source: SourceFile) -> Optional[FileScan]:
         restarts.extend((cell.number, index, 1) for index, line in enumerate(lines, start=1) if _RESTART.match(line))
         if WORD in cell.raw:
             findings.extend((cell.number, finding) for finding in _unread_mentions(cell.text, cell.masks, lines))
-    words = relevant_words([cell.text for cell in source.cells if cell.code and cell.text is not None])
+    python = [cell for cell in source.cells if cell.code and cell.text is not None]
+    words = relevant_words([cell.text for cell in python])  # type: ignore[misc]
     pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b")
-    return FileScan(parse_all=True, findings=tuple(findings), scratch={RESTARTS: tuple(restarts), RELEVANT: pattern})
+    wanted = frozenset(cell.number for cell in python if pattern.search(cell.text))  # type: ignore[arg-type]
+    return FileScan(wanted, tuple(findings), {RESTARTS: tuple(restarts), RELEVANT: pattern})
 
 
 def relevant_words(texts: Sequence[str]) -> Set[str]:

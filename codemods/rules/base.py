@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import (
-    TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
+    TYPE_CHECKING, Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
 )
 
 import libcst
@@ -97,9 +97,9 @@ class CellContext:
 class FileScan:
     """What a rule learns of a whole file before its cells are parsed (:meth:`Rule.scan_file`)."""
 
-    parse_all: bool = False
-    """Parse every Python cell, not only those that mention a trigger word (a rewrite that spans cells must see
-    the cell that defines a function as well as the one that runs it)."""
+    parse: FrozenSet[int] = frozenset()
+    """Cells to parse even if they mention no trigger word (a rewrite that spans cells must see the cell that
+    defines a function as well as the one that runs it)."""
     findings: Tuple[Tuple[int, Finding], ...] = ()
     """``(cell number, finding at a line of that cell as written)``: what it found in cells no rule parses (a
     ``%%writefile`` cell, say); such a cell gets no other report of being skipped."""
