@@ -332,7 +332,7 @@ def distributed(
         if isinstance(func, DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed()")
         function = build(func, count, requested, remote, checked_timeout)
-        validation.decoration_notes(function.num_accelerators, checked_timeout, remote=False)
+        validation.decoration_notes(function.num_accelerators, checked_timeout)
         return function
 
     return decorate

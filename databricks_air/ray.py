@@ -66,7 +66,7 @@ def ray_launch(
         if isinstance(func, launcher.DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed() or @ray_launch()")
         function = launcher.build(rank_cluster.wrap(func), count, requested, remote, checked_timeout)
-        validation.decoration_notes(function.num_accelerators, checked_timeout, remote=False)
+        validation.decoration_notes(function.num_accelerators, checked_timeout)
         return function
 
     return decorate

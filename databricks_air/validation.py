@@ -230,16 +230,11 @@ def _cuda_wheel_suffix() -> str:
     return "cu126"
 
 
-def decoration_notes(count: int, timeout: Any, remote: bool) -> None:
-    """The reference's decoration-time notes, as ``logging`` records on ``databricks.air``."""
-    if remote:
-        if timeout is not None and timeout != DEFAULT_TIMEOUT:
-            logger.warning(
-                "timeout=%s is ignored for remote runs; their limit comes from "
-                "DATABRICKS_INTERNAL_JOB_TIMEOUT_SECONDS",
-                timeout,
-            )
-        return
+def decoration_notes(count: int, timeout: Any) -> None:
+    """The reference's decoration-time notes, as ``logging`` records on ``databricks.air``.
+
+    The reference also says that a remote run ignores its timeout; here remote runs honour it, so that note is gone.
+    """
     if count == 1:
         logger.warning(
             "@distributed runs one rank here. It is meant for several GPUs; with one, you could call the "

@@ -100,11 +100,6 @@ def test_gpu_count_needs_no_cuda_on_this_machine() -> None:
     assert compute.attached_gpu_count() >= 0
 
 
-def test_remote_is_refused_until_ray_support_lands() -> None:
-    with pytest.raises(RuntimeConfigurationError, match="Ray"):
-        distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=True)(train)
-
-
 def test_deprecated_names_still_work_with_a_future_warning() -> None:
     with pytest.warns(FutureWarning, match="num_accelerators=2"):
         fn = distributed(gpus=2, accelerator_type="CPU")(train)

@@ -286,8 +286,9 @@ def test_with_overrides_keeps_what_is_not_given_and_rederives_the_shape(machine)
     assert (fn.num_accelerators, fn.timeout) == (1, 60)
     assert fn.with_overrides(timeout=None).timeout is None
     assert fn.with_overrides().timeout == 60
-    with pytest.raises(RuntimeConfigurationError, match="remote=True"):
-        fn.with_overrides(remote=True, accelerator_type="GPU_8xH100", num_accelerators=8)
+    remote = fn.with_overrides(remote=True, accelerator_type="GPU_8xH100", num_accelerators=8)
+    assert (remote.remote, remote.num_accelerators, remote.accelerator_type) == (True, 8, AcceleratorType.GPU_8xH100)
+    assert fn.remote is False
 
 
 def test_the_object_constructed_directly() -> None:
@@ -320,11 +321,12 @@ def test_remote_settings_are_validated(kwargs: dict, match: str) -> None:
         distributed(remote=True, **kwargs)(train)
 
 
-def test_remote_runs_are_refused_clearly_and_never_run_locally(caplog: pytest.LogCaptureFixture) -> None:
+def test_remote_decoration_keeps_its_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    # Remote calls honour the timeout (the reference ignores it there), so decoration says nothing about it.
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
-        with pytest.raises(RuntimeConfigurationError, match="remote=True would run the function on 8 x GPU_8xH100 of a Ray cluster"):
-            distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=True, timeout=60)(train)
-    assert any("ignored for remote runs" in r.getMessage() for r in caplog.records)
+        fn = distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=True, timeout=60)(train)
+    assert (fn.remote, fn.timeout) == (True, 60)
+    assert not any("ignored for remote runs" in r.getMessage() for r in caplog.records)
 
 
 # --- notes ---------------------------------------------------------------------------------------------------------
