@@ -58,7 +58,6 @@ class MethodCall:
     """``receiver.run(...)`` or ``receiver._train_on_dataframe(...)``, on a variable or on a constructor call."""
 
     call: libcst.Call
-    where: Where
     method: str
     value_used: bool
     """The call is part of an expression or an assignment, not a statement of its own."""
@@ -71,13 +70,11 @@ class Construction:
     """A ``TorchDistributor(...)`` call and what becomes of the object it builds."""
 
     call: libcst.Call
-    where: Where
     reading: Reading
     holder: Optional[Var] = None
     """``d = TorchDistributor(...)``: the variable."""
     assign: Optional[libcst.Assign] = None
-    statement: Optional[libcst.SimpleStatementLine] = None
-    """The assignment and its line: what is removed with the variable."""
+    """The assignment, alone on its line or not: what is removed with the variable."""
     method: Optional[MethodCall] = None
     """``TorchDistributor(...).run(...)``: the call made on it directly."""
 
@@ -104,7 +101,6 @@ class Use:
     """A read of a variable, and what it is part of."""
 
     var: Var
-    where: Where
     node: libcst.CSTNode
     method: Optional[MethodCall] = None
     """The variable is the receiver of this call."""
@@ -121,7 +117,6 @@ class Reference:
     """A use of ``TorchDistributor`` (or its DeepSpeed sibling) that is reported as it is, with ``code``."""
 
     node: libcst.CSTNode
-    where: Where
     code: str
     message: str
 

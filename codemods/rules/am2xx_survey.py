@@ -124,7 +124,7 @@ class CellSurvey:
                                                 "which air-migrate cannot rewrite: migrate it by hand")
 
     def _survey_construction(self, call: libcst.Call) -> None:
-        construction = Construction(call, self._where(call), read_constructor(call, self._is_device_count))
+        construction = Construction(call, read_constructor(call, self._is_device_count))
         self._constructions[call.func] = construction
         self._facts.constructions.append(construction)
         parent = self._parent(call)
@@ -137,12 +137,12 @@ class CellSurvey:
             statement = self._parent(parent)
             if isinstance(target, libcst.Name) and isinstance(statement, libcst.SimpleStatementLine):
                 construction.holder = self._var_assigned(target)
-                construction.assign, construction.statement = parent, statement
+                construction.assign = parent
                 if construction.holder.scope is not None:
                     self._survey_local(construction.holder)
 
     def _refer(self, node: libcst.CSTNode, code: str, message: str) -> None:
-        self._facts.references.append(Reference(node, self._where(node), code, message))
+        self._facts.references.append(Reference(node, code, message))
 
     def _is_device_count(self, node: libcst.BaseExpression) -> bool:
         if not isinstance(node, libcst.Call) or node.args:
@@ -195,7 +195,7 @@ class CellSurvey:
     # --- reads ---------------------------------------------------------------------------------------------------
 
     def _survey_use(self, var: Var, node: libcst.CSTNode) -> None:
-        use = Use(var, self._where(node), node)
+        use = Use(var, node)
         parent = self._parent(node)
         if isinstance(parent, libcst.Attribute) and parent.value is node and parent.attr.value in METHODS:
             call = self._parent(parent)
@@ -224,7 +224,7 @@ class CellSurvey:
         if found is None:
             value_used = not isinstance(self._parent(call), libcst.Expr)
             target = self._target(call) if method == RUN else None
-            found = MethodCall(call, self._where(call), method, value_used, target)
+            found = MethodCall(call, method, value_used, target)
             self._facts.method_calls[call] = found
         return found
 
