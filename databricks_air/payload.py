@@ -7,9 +7,11 @@ function, the argument, or the captured global) before any process starts, and s
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import io
 import pickle
+import sys
 import types
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -24,11 +26,42 @@ LARGE_CAPTURE_BYTES = 100 * 1000 * 1000
 _SEARCH_DEPTH = 3
 
 
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, except that entries of ``sys.modules`` that are not plain modules go by name.
+
+    With a function, cloudpickle also ships each loaded submodule of a package the function uses whose name parts
+    all appear among the code's names. ``torch.ops`` is such an entry, of a subclass of the module type that
+    cloudpickle's table (keyed by exact type) does not know: pickled by value it failed ("cannot pickle '_Ops'
+    object") for any function using ``torch`` and some other ``.ops`` attribute (``deepspeed.ops``,
+    ``torchvision.ops``). By name, the rank gets its own, as an import would give it.
+    """
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._module_entries = {
+            id(value): name
+            for name, value in list(sys.modules.items())
+            if value is not None and type(value) is not types.ModuleType  # noqa: E721 - exact type on purpose
+        }
+
+    def reducer_override(self, obj: Any) -> Any:
+        name = self._module_entries.get(id(obj))
+        if name is not None and sys.modules.get(name) is obj:
+            return importlib.import_module, (name,)
+        return super().reducer_override(obj)
+
+
+def _dumps(value: Any) -> bytes:
+    stream = io.BytesIO()
+    _Pickler(stream).dump(value)
+    return stream.getvalue()
+
+
 def serialize_function(function: Any) -> bytes:
     """cloudpickle ``function``; raise :class:`SerializationError` naming the culprit if it cannot be pickled."""
     name = _name(function)
     try:
-        data = cloudpickle.dumps(function, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _dumps(function)
     except Exception as error:  # noqa: BLE001 - pickling raises many types
         culprit = _find_unpicklable(function, name, _SEARCH_DEPTH)
         if culprit is not None:
@@ -53,7 +86,7 @@ def serialize_arguments(function: Any, bound: inspect.BoundArguments) -> bytes:
     except Exception as error:  # noqa: BLE001
         for arg_name, value in bound.arguments.items():
             try:
-                cloudpickle.dumps(value)
+                _dumps(value)
             except Exception as inner:  # noqa: BLE001
                 raise SerializationError(
                     f"cannot ship the arguments of {_name(function)} to the ranks: argument {arg_name!r} "
@@ -134,7 +167,7 @@ def _find_unpicklable(function: Any, path: str, depth: int) -> Optional[Tuple[st
         if isinstance(value, types.ModuleType):
             continue
         try:
-            cloudpickle.dumps(value)
+            _dumps(value)
             continue
         except Exception as error:  # noqa: BLE001
             where = f"{description}" if depth == _SEARCH_DEPTH else f"{description} (through {path})"
@@ -152,7 +185,7 @@ def _warn_large_captures(function: Any, name: str) -> None:
         if isinstance(value, types.ModuleType):
             continue
         try:
-            size = len(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            size = len(_dumps(value))
         except Exception:  # noqa: BLE001
             continue
         if size > LARGE_CAPTURE_BYTES:

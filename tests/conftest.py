@@ -1,4 +1,8 @@
-"""Shared fixtures: CPU ranks, per-test log directories, and helpers to find leftover processes."""
+"""Shared fixtures: CPU ranks, per-test log directories, rank servers closed at the end, scripts in fresh interpreters.
+
+Helpers that tests import live in ``process_helpers.py``: a module named ``conftest`` cannot be imported reliably,
+since the sub-folders (``data/``, ``ray/``) have conftest modules of their own.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,9 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Callable, List
 
-import psutil
 import pytest
 
 from databricks.air._engine import rank_server_handle
@@ -43,46 +45,6 @@ def _call_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def _close_rank_servers() -> None:
     yield
     rank_server_handle.pool.close_all()
-
-
-def server_descendants() -> List[psutil.Process]:
-    """Every process below this process's rank servers (ranks, their children)."""
-    found = []
-    for child in psutil.Process().children():
-        try:
-            if "databricks.air._engine.rank_server" in " ".join(child.cmdline()):
-                found += child.children(recursive=True)
-        except psutil.NoSuchProcess:
-            continue
-    return [p for p in found if _alive(p)]
-
-
-def processes_with_marker(marker: str) -> List[psutil.Process]:
-    """Live processes whose environment contains ``AIR_TEST_MARKER=<marker>``."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("AIR_TEST_MARKER") == marker and _alive(process):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from conftest import processes_with_marker, wait_until
+from process_helpers import processes_with_marker, wait_until
 from test_notebook import kernel_env, kernel_specs, notebook_client  # noqa: F401 (kernel_specs: a fixture)
 
 REPO = Path(__file__).resolve().parent.parent

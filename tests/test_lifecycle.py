@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import processes_with_marker, server_descendants, wait_until
+from process_helpers import processes_with_marker, server_descendants, wait_until
 from databricks.air import distributed
 from databricks.air.exceptions import LocalExecutionTimeoutError
 

@@ -34,7 +34,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
 
-from conftest import processes_with_marker, wait_until
+from process_helpers import processes_with_marker, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "examples" / "quickstart.ipynb"

@@ -90,3 +90,30 @@ def test_a_large_captured_global_gets_a_warning_naming_it() -> None:
     assert len(messages) == 1
     assert "Load large data inside the function" in str(messages[0].message)
     assert messages[0].filename == __file__  # attributed to the caller's line
+
+
+def test_a_notebook_function_using_torch_and_another_ops_attribute_ships(run_script) -> None:
+    # cloudpickle alone fails here: it takes `ops` for the submodule `torch.ops`, an object it cannot pickle.
+    result = run_script(
+        """
+        import types
+        import cloudpickle
+        import torch
+        from databricks.air.payload import serialize_function
+
+        tools = types.SimpleNamespace(ops=types.SimpleNamespace(scale=3.0))
+
+        def train():
+            return float(torch.ones(1).sum()) * tools.ops.scale, torch.ops is not None
+
+        try:
+            cloudpickle.dumps(train)
+            print("cloudpickle alone: ok")
+        except TypeError as error:
+            print("cloudpickle alone:", error)
+        print("shipped:", cloudpickle.loads(serialize_function(train))())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cloudpickle alone: cannot pickle '_Ops' object" in result.stdout  # the bug this guards against is real
+    assert "shipped: (3.0, True)" in result.stdout

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import wait_until
+from process_helpers import wait_until
 from databricks.air import distributed
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
 

@@ -20,7 +20,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from air_migrate.cli import main
-from conftest import processes_with_marker, wait_until
+from process_helpers import processes_with_marker, wait_until
 from test_notebook import kernel_env, kernel_specs, marker, notebook_client, texts  # noqa: F401 (fixtures)
 
 CELLS = [
