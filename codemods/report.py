@@ -77,7 +77,7 @@ def error_line(path: str, message: str, palette: Palette = Palette(False)) -> st
 def summary_line(tally: Tally, verb: str) -> str:
     """The closing line; it says so plainly when nothing relevant was found, or files were not converted."""
     line = (
-        f"air-migrate: {tally.scanned} file(s) scanned, {tally.relevant} mention serverless_gpu or its keywords, "
+        f"air-migrate: {tally.scanned} file(s) scanned, {tally.relevant} mention serverless_gpu, its keywords or TorchDistributor, "
         f"{tally.changed} {verb} ({tally.changes} change(s)), {tally.needs_person} item(s) need a person, "
         f"{tally.failed} failed"
     )

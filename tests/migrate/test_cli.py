@@ -50,7 +50,7 @@ def test_write_mode_migrates_every_format_and_leaves_the_rest_alone(
     assert (after.st_mtime_ns, after.st_ino) == (plain.st_mtime_ns, plain.st_ino)
     out, err = capsys.readouterr()
     assert f"{tree}/train.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'" in out.splitlines()
-    assert "4 file(s) scanned, 3 mention serverless_gpu or its keywords, 3 changed (12 change(s))" in err
+    assert "4 file(s) scanned, 3 mention serverless_gpu, its keywords or TorchDistributor, 3 changed (12 change(s))" in err
     # A second run changes nothing and reports no change.
     assert main([str(tree)]) == 0
     out, err = capsys.readouterr()
@@ -132,7 +132,7 @@ def test_a_write_that_fails_is_reported_and_exits_3(
     assert main([str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert f"{tmp_path}/a.py: error: not written: cannot write it: No space left on device" in err
-    assert "2 file(s) scanned, 2 mention serverless_gpu or its keywords, 1 changed" in err
+    assert "2 file(s) scanned, 2 mention serverless_gpu, its keywords or TorchDistributor, 1 changed" in err
     assert (tmp_path / "a.py").read_text() == SCRIPT and (tmp_path / "b.py").read_text() == SCRIPT_AFTER
 
 

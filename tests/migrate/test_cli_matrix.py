@@ -51,7 +51,7 @@ def _summary(kind: str, verb: str, data: bytes) -> str:
     changes = sum(" change " in line or " review " in line for line in lines) if changed else 0
     person = sum(" manual " in line or " blocking " in line for line in lines)
     text = (
-        f"air-migrate: 1 file(s) scanned, {0 if kind in ('clean', 'failed') else 1} mention serverless_gpu or its keywords, "
+        f"air-migrate: 1 file(s) scanned, {0 if kind in ('clean', 'failed') else 1} mention serverless_gpu, its keywords or TorchDistributor, "
         f"{int(changed)} {verb} ({changes} change(s)), {person} item(s) need a person, {int(kind == 'failed')} failed"
     )
     if kind == "blocking":
@@ -167,5 +167,5 @@ def test_a_failed_file_does_not_stop_the_others_and_wins_the_exit_code(
     assert (tmp_path / "c_blocked.py").read_text() == BLOCKED
     err = capsys.readouterr().err
     assert f"{tmp_path}/a_bad.py: error: not UTF-8" in err
-    assert "3 file(s) scanned, 2 mention serverless_gpu or its keywords, 1 changed" in err
+    assert "3 file(s) scanned, 2 mention serverless_gpu, its keywords or TorchDistributor, 1 changed" in err
     assert err.rstrip().endswith("1 failed; 1 file(s) not converted because of blocking items (see --partial)")

@@ -49,7 +49,7 @@ def test_copies_keep_the_layout_and_the_inputs_stay_as_they_were(
     assert (out / "blocked.py").read_text() == BLOCKED  # so are files a blocking item leaves unchanged
     assert not list(out.glob("*.air-migrate-*"))
     err = capsys.readouterr().err
-    assert f"4 file(s) scanned, 3 mention serverless_gpu or its keywords, 2 changed in {out} " in err
+    assert f"4 file(s) scanned, 3 mention serverless_gpu, its keywords or TorchDistributor, 2 changed in {out} " in err
 
 
 def test_an_existing_directory_needs_force_and_keeps_its_other_files(

@@ -114,7 +114,7 @@ def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
     assert document["summary"] == {"mode": "check", "scanned": 7, "relevant": 5, "changed": 3, "changes": 12,
                                    "needs_person": 2, "blocked": 1, "failed": 1}
     assert document["errors"] == [{"file": "g.py", "message": "not UTF-8 (invalid continuation byte at byte 20)"}]
-    assert err.endswith("air-migrate: 7 file(s) scanned, 5 mention serverless_gpu or its keywords, 3 would change "
+    assert err.endswith("air-migrate: 7 file(s) scanned, 5 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
                         "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "
                         "blocking items (see --partial)\n")
 
@@ -134,7 +134,7 @@ def test_the_text_report_file_holds_the_records_errors_and_summary_without_colou
         "a.py:3:22: AM102 change gpu_type= -> accelerator_type=",
         "a.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'",
         "g.py: error: not UTF-8 (invalid continuation byte at byte 20)",
-        "air-migrate: 2 file(s) scanned, 1 mention serverless_gpu or its keywords, 1 changed (4 change(s)), "
+        "air-migrate: 2 file(s) scanned, 1 mention serverless_gpu, its keywords or TorchDistributor, 1 changed (4 change(s)), "
         "0 item(s) need a person, 1 failed",
     ]
     assert not list(tmp_path.glob("*.air-migrate-tmp"))
@@ -186,7 +186,7 @@ def test_a_run_with_nothing_relevant_says_so(tmp_path: Path, capsys: pytest.Capt
     assert main([str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("air-migrate: 1 file(s) scanned, 0 mention serverless_gpu or its keywords, 0 changed "
+    assert err == ("air-migrate: 1 file(s) scanned, 0 mention serverless_gpu, its keywords or TorchDistributor, 0 changed "
                    "(0 change(s)), 0 item(s) need a person, 0 failed; nothing to migrate was found\n")
     assert main([str(tmp_path / "empty")]) == 0
     assert "0 file(s) scanned" in capsys.readouterr().err
