@@ -5,8 +5,10 @@ What it measures
     (which is what the ``air-migrate`` script runs) in write mode, from start to exit, interpreter start-up and
     imports included. Before every repetition the corpus is copied afresh (not timed), so every run does the full
     work. Best of ``--repeats`` (default 3); a case whose runs add up to more than ``--case-seconds`` stops repeating.
+    The table also gives the CPU time (user + system, worker processes included) of the best run: on a machine
+    shared with other jobs, wall times stretch but CPU times much less, so they show what the work costs.
 
-    a. 1,000 Python files with nothing to migrate: ML training code of 25 to about 800 lines (mean about 135),
+    a. 1,000 Python files with nothing to migrate: ML training code of 27 to 870 lines (mean 138),
        generated from seeded blocks (configs, datasets, models, training and evaluation loops, checkpoints); 50 of
        them mention ``num_gpus``/``--gpus`` as real device set-up code does, so they get past a text pre-filter;
     b. a 200-cell Jupyter notebook (about a quarter markdown) with ``serverless_gpu`` imports in several cells,
@@ -31,7 +33,8 @@ Budgets (issue 5, on the project's 2-core machines)
     The script exits non-zero only when a command fails or a check finds a wrong result.
 
 Run: ``.venv/bin/python bench/migrate_speed.py`` (full; minutes) or ``--quick`` (10x smaller corpora, one run each,
-no budgets judged; seconds). ``--keep`` leaves the scratch directory for inspection.
+no budgets judged). ``--cases a,b-ipynb`` runs only those cases; ``--keep`` leaves the scratch directory for
+inspection.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import dataclasses
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -58,6 +62,7 @@ LIBCST_COMMAND = [
     sys.executable, "-m", "libcst.tool", "codemod", "rename.RenameCommand", "-j", "2", "--no-format",
     "--hide-progress", "--old_name", "serverless_gpu", "--new_name", "databricks.air",
 ]
+CASE_KEYS = ("a", "b-ipynb", "b-databricks", "c-j2", "c-j1", "d")
 _OLD_IMPORT = re.compile(r"^\s*(from|import)\s+serverless_gpu\b", re.MULTILINE)
 _OLD_KEYWORD = re.compile(r"\bgpus\s*=|\bgpu_type\s*=")
 
@@ -92,6 +97,8 @@ class Case:
     check: Callable[[str, "Run"], None]
     budget: Optional[float] = None
     times: List[float] = dataclasses.field(default_factory=list)
+    cpu: List[float] = dataclasses.field(default_factory=list)
+    """CPU seconds (user + system) of each run, its worker processes included."""
     last: Optional["Run"] = None
 
     @property
@@ -122,14 +129,17 @@ def run_case(case: Case, scratch: str, repeats: int, case_seconds: float) -> Non
             shutil.copy2(pristine, target)
         shutil.copy2(os.path.join(scratch, ".libcst.codemod.yaml"), work)
         with open(os.path.join(scratch, "stdout"), "w+") as out, open(os.path.join(scratch, "stderr"), "w+") as err:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             completed = subprocess.run([*case.command, case.corpus], cwd=work, stdout=out, stderr=err)
             elapsed = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             out.seek(0)
             err.seek(0)
             run = Run(completed.returncode, out.read(), err.read(), target)
         case.check(pristine, run)
         case.times.append(elapsed)
+        case.cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         # Keep the migrated tree of the last run for comparisons between cases.
         kept = os.path.join(scratch, "result", case.key)
         shutil.rmtree(kept, ignore_errors=True)
@@ -318,21 +328,25 @@ def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> 
         Case("c-j1", "c. same, -j1 (reference)", "matching", [*OUR_COMMAND, "-j1"], check_matching(matching, scratch)),
         Case("d", "d. anchor: libcst RenameCommand on (c), -j 2", "matching", LIBCST_COMMAND, check_libcst),
     ]
+    assert tuple(case.key for case in all_cases) == CASE_KEYS
     return {case.key: case for case in all_cases}
 
 
 def report(all_cases: Dict[str, Case], repeats: int) -> None:
-    print(f"\n{'case':<58} {'budget':>8} {'best':>8}  runs (s)                  verdict")
+    print(f"\n{'case':<58} {'budget':>8} {'best':>8} {'CPU':>8}  runs (s)                  verdict")
     for case in all_cases.values():
         budget = f"{case.budget:.1f} s" if case.budget is not None else "-"
         runs = " ".join(f"{t:.2f}" for t in case.times)
         if len(case.times) < repeats:
             runs += f" (stopped after {len(case.times)})"
         verdict = "" if case.budget is None else ("ok" if case.best <= case.budget else "OVER")
-        print(f"{case.label:<58} {budget:>8} {case.best:>6.2f} s  {runs:<25} {verdict}")
-    ours = all_cases["c-j2"]
-    print(f"\nratio c (-j2) / d (libcst RenameCommand, -j 2): {ours.best / all_cases['d'].best:.2f}")
-    print(f"speed-up -j2 over -j1: {all_cases['c-j1'].best / ours.best:.2f}")
+        cpu = case.cpu[case.times.index(case.best)]
+        print(f"{case.label:<58} {budget:>8} {case.best:>6.2f} s {cpu:>6.2f} s  {runs:<25} {verdict}")
+    if "c-j2" in all_cases and "d" in all_cases:
+        ratio = all_cases["c-j2"].best / all_cases["d"].best
+        print(f"\nratio c (-j2) / d (libcst RenameCommand, -j 2): {ratio:.2f}")
+    if "c-j2" in all_cases and "c-j1" in all_cases:
+        print(f"speed-up -j2 over -j1: {all_cases['c-j1'].best / all_cases['c-j2'].best:.2f}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -342,7 +356,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--case-seconds", type=float, default=120.0,
                         help="stop repeating a case once its runs add up to this (default 120)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory and print its path")
+    parser.add_argument("--cases", default="",
+                        help=f"comma-separated keys of the cases to run: {', '.join(CASE_KEYS)} (default: all)")
     args = parser.parse_args(argv)
+    wanted = [key.strip() for key in args.cases.split(",") if key.strip()]
+    unknown = set(wanted) - set(CASE_KEYS)
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(sorted(unknown))}: choose among {', '.join(CASE_KEYS)}")
     sizes = QUICK if args.quick else FULL
     repeats = 1 if args.quick else args.repeats
     for key, value in _machine.machine().items():
@@ -351,11 +371,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         built = build_corpora(scratch, sizes)
         all_cases = cases(scratch, sizes, built, args.quick)
-        for case in all_cases.values():
+        chosen = {key: case for key, case in all_cases.items() if not wanted or key in wanted}
+        for case in chosen.values():
             print(f"running {case.label} ...", flush=True)
             run_case(case, scratch, repeats, args.case_seconds)
-        same_result(all_cases["c-j2"], all_cases["c-j1"])
-        report(all_cases, repeats)
+        if "c-j2" in chosen and "c-j1" in chosen:
+            same_result(chosen["c-j2"], chosen["c-j1"])
+        report(chosen, repeats)
     except WrongResult as error:
         print(f"\nWRONG RESULT: {error}", file=sys.stderr)
         return 1
