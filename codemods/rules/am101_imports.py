@@ -16,7 +16,7 @@ Safety: every rewrite is safe (``databricks.air`` exports the very objects ``ser
 
 from __future__ import annotations
 
-from typing import Optional, Set, Tuple, Union
+from typing import Collection, Optional, Set, Tuple, Union
 
 import libcst
 from libcst.helpers import get_full_name_for_node
@@ -69,6 +69,9 @@ class ImportsRule(Rule):
                     if get_full_name_for_node(small.module) == NEW and not isinstance(small.names, libcst.ImportStar):
                         for alias in small.names:
                             self._new_imports.add((get_full_name_for_node(alias.name) or "", _asname(alias)))
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return (OLD,)  # imports, uses of the module, strings: every one spells it out
 
     # --- imports -------------------------------------------------------------------------------------------------
 

@@ -11,11 +11,13 @@ Safety: safe; ``databricks.air`` takes the new names with the same meaning.
 
 from __future__ import annotations
 
+from typing import Collection, Optional
+
 import libcst
 from libcst.metadata import PositionProvider, ScopeProvider
 
 from air_migrate.rules.base import Rule, register
-from air_migrate.rules.targets import is_launch_call
+from air_migrate.rules.targets import is_launch_call, launch_words
 
 RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}
 
@@ -25,6 +27,9 @@ class KeywordsRule(Rule):
     CODE = "AM102"
     DESCRIPTION = "gpus= and gpu_type= become num_accelerators= and accelerator_type= on distributed/ray_launch (safe)"
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return launch_words(self.context.text or self.module.code)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
         if not is_launch_call(self.get_metadata, original_node):

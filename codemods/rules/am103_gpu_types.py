@@ -19,14 +19,14 @@ Safety: safe; the new value is the one the runtime itself derives from the old v
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Collection, Optional, Tuple
 
 import libcst
 from libcst.metadata import PositionProvider, ScopeProvider
 
 from air_migrate.rules.accelerator_types import NEW_TYPES, OLD_MODELS, accelerator_type_for
 from air_migrate.rules.base import Rule, register
-from air_migrate.rules.targets import is_launch_call, literal_count, type_arg
+from air_migrate.rules.targets import is_launch_call, launch_words, literal_count, type_arg
 
 __all__ = ["GpuTypesRule", "accelerator_type_for", "unmappable"]
 
@@ -49,6 +49,9 @@ class GpuTypesRule(Rule):
         'GPU type strings ("H100"...) become accelerator types ("GPU_8xH100"...) where the count is known (safe)'
     )
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return launch_words(self.context.text or self.module.code)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
         if not is_launch_call(self.get_metadata, original_node):

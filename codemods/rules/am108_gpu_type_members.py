@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Collection, Dict, Iterable, List, Optional, Tuple
 
 import libcst
 from libcst.helpers import get_full_name_for_node
@@ -39,6 +39,7 @@ from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for
 from air_migrate.rules.am103_gpu_types import unmappable
 from air_migrate.rules.base import CellContext, Rule, register
 from air_migrate.rules.targets import (
+    launch_words,
     NEW_MODULE,
     OLD_MODULE,
     TYPE_KEYWORDS,
@@ -200,6 +201,9 @@ class GpuTypeMembersRule(Rule):
             if not names or not names <= NEW_CLASSES:
                 return False
         return True
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return launch_words(self.context.text or self.module.code)
 
     # --- the transformation --------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ uses it), and ``use_gpu=False`` (CPU ranks are an extension of this open runtime
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Set, Union
+from typing import Collection, Dict, List, Optional, Sequence, Set, Union
 
 import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
@@ -95,6 +95,9 @@ class TorchDistributorRule(Rule):
         if facts is not None and _PLAN not in file:
             file[_PLAN] = plan_file(facts)  # once every cell is surveyed, before the first one changes
         self._plan = file.get(_PLAN)
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return None if self._plan is not None else ()  # without a plan (no TorchDistributor) it changes nothing
 
     # --- one traversal: notes where they are found, edits where they apply ---------------------------------------
 

@@ -16,7 +16,7 @@ Safety: it changes nothing.
 
 from __future__ import annotations
 
-from typing import Optional, Set
+from typing import Collection, Optional, Set
 
 import libcst
 from libcst.metadata import GlobalScope, PositionProvider, ScopeProvider
@@ -62,6 +62,9 @@ class SparkSetupRule(Rule):
                 if isinstance(small, libcst.Assign) and self._builds_session(small.value):
                     sessions.update(target.target.value for target in small.targets
                                     if isinstance(target.target, libcst.Name))
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return None if self.context.file.get(_ACTIVE) else ()
 
     def visit_Call(self, node: libcst.Call) -> None:
         if not self.context.file.get(_ACTIVE):

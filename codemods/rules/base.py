@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import (
-    TYPE_CHECKING, Any, ClassVar, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
+    TYPE_CHECKING, Any, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
 )
 
 import libcst
@@ -135,6 +135,12 @@ class Rule(libcst.CSTTransformer):
 
     def survey(self, module: libcst.Module) -> None:
         """Called on every cell of a file before any cell is transformed (metadata resolved); by default nothing."""
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        """Words one of which a top-level statement of the cell must hold for this rule to change or report anything
+        in it, or ``None`` (the default) when the rule must see every statement. Asked once per cell, after the
+        rules' ``visit_Module``; a statement no rule wants is not traversed at all (most of a large file)."""
+        return None
 
     def report(
         self,

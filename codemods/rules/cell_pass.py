@@ -114,6 +114,20 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
         return len(self._providers)
 
 
+_UNASKED: FrozenSet[str] = frozenset({"(not asked yet)"})
+
+
+def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
+    """What the rules ask a top-level statement to hold (:meth:`Rule.statement_words`); ``None`` for all."""
+    words: set = set()
+    for rule in rules:
+        asked = rule.statement_words()
+        if asked is None:
+            return None
+        words.update(asked)
+    return frozenset(words)
+
+
 class _Traversal(libcst.CSTTransformer):
     """Dispatches each node to every rule in turn, and claims findings for the statements that hold them."""
 
@@ -124,22 +138,38 @@ class _Traversal(libcst.CSTTransformer):
         self._todo = todo_comments
         self._statement_starts: List[int] = []
         self._claimed: set = set()
+        self._skipped = set(cell.skipped)
+        """The prefix, and the top-level statements that hold no word a rule asked for: not traversed at all."""
+        self._words: Optional[FrozenSet[str]] = _UNASKED
         self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
-        if node in self._cell.skipped:
+        if node in self._skipped:
             return False
+        if self._words is not _UNASKED and self._cell.ancestors and self._cell.ancestors[-1] is self._cell.module:
+            if not self._concerns(node):
+                self._skipped.add(node)
+                return False
         if isinstance(node, STATEMENTS):
             self._statement_starts.append(len(self._cell.findings))
         self._cell.ancestors.append(node)
         # Children are visited unless every rule declines them (a rule declining alone still sees them).
         wanted = [rule.on_visit(node) for rule in self._rules]
+        if node is self._cell.module:
+            self._words = _words(self._rules)  # after the rules' visit_Module: what they ask may depend on it
         return any(wanted) or not wanted
+
+    def _concerns(self, statement: libcst.CSTNode) -> bool:
+        """A top-level statement holds a word some rule asked for (every statement when one rule needs all)."""
+        if self._words is None:
+            return True
+        text = self._cell.module.code_for_node(statement)
+        return any(word in text for word in self._words)
 
     def on_leave(
         self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
     ) -> Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]:
-        if original_node in self._cell.skipped:
+        if original_node in self._skipped:
             return updated_node
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
         for rule in self._rules:

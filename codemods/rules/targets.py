@@ -7,7 +7,9 @@ or a plain call, resolved by scope through any import form or alias, never by sp
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Dict, Optional
+import ast
+import functools
+from typing import Any, Callable, Collection, Dict, FrozenSet, Optional
 
 import libcst
 from libcst.metadata import QualifiedName, ScopeProvider
@@ -40,6 +42,34 @@ def is_launch_call(get_metadata: MetadataGetter, call: libcst.Call) -> bool:
     if not isinstance(call.func, (libcst.Name, libcst.Attribute)):
         return False
     return any(name.name in LAUNCHERS for name in qualified_names(get_metadata, call.func))
+
+
+@functools.lru_cache(maxsize=4)  # the rules of one cell ask for the same text in turn
+def package_names(text: str) -> FrozenSet[str]:
+    """Every name ``text`` binds by importing from ``serverless_gpu`` or ``databricks`` (aliases included), found
+    with :mod:`ast` (fast): a statement that mentions one of them may call a launcher under another spelling."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names
+                         if alias.name.split(".")[0] in _PACKAGE_ROOTS)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in _PACKAGE_ROOTS:
+            names.update(alias.asname or alias.name for alias in node.names if alias.name != "*")
+    return frozenset(names)
+
+
+_PACKAGE_ROOTS = (OLD_MODULE, NEW_MODULE.split(".")[0])
+
+
+def launch_words(text: str) -> FrozenSet[str]:
+    """What a statement holds when it may contain a launch call (:func:`is_launch_call`) or a GPU type: the
+    launchers' own names, ``with_overrides``, the keywords, and every name imported from either package."""
+    return frozenset((OLD_MODULE, "databricks", "distributed", "ray_launch", "with_overrides", "GPUType",
+                      *TYPE_KEYWORDS, *COUNT_KEYWORDS)) | package_names(text)
 
 
 def keyword_args(call: libcst.Call) -> Dict[str, libcst.Arg]:
