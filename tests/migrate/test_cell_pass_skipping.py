@@ -1,0 +1,91 @@
+"""The cell pass traverses only the top-level statements some rule asks for, and still finds every launch call,
+whatever name it is imported under (:meth:`air_migrate.rules.base.Rule.statement_words`)."""
+
+from __future__ import annotations
+
+from typing import Collection, List, Optional
+
+import libcst
+import pytest
+
+from air_migrate.engine import migrate_file
+from air_migrate.rules import REGISTRY, Rule
+from air_migrate.rules.cell_pass import run_rules
+
+RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
+PLAIN = "def helper(x):\n    return [y * 2 for y in range(x)]\n\n\nhelper(3)\n"
+
+
+class _Counting(Rule):
+    """Records the names it is shown; asks for statements holding ``wanted`` (or all, with ``None``)."""
+
+    CODE = "T001"
+    DESCRIPTION = "test"
+    words: Optional[Collection[str]] = ("wanted",)
+    seen: List[str] = []
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return self.words
+
+    def visit_Name(self, node: libcst.Name) -> None:
+        self.seen.append(node.value)
+
+
+class _All(_Counting):
+    words = None
+
+
+def _seen(rule: type, source: str) -> List[str]:
+    _Counting.seen = []
+    run_rules([rule], libcst.parse_module(source))
+    return _Counting.seen
+
+
+def test_statements_without_a_requested_word_are_not_traversed() -> None:
+    seen = _seen(_Counting, PLAIN + "wanted = helper(2)\n")
+    assert seen == ["wanted", "helper"]
+
+
+def test_a_rule_that_needs_every_statement_sees_them_all() -> None:
+    seen = _seen(_All, PLAIN)
+    assert "y" in seen and "helper" in seen
+
+
+def test_one_rule_that_needs_everything_makes_every_statement_traversed() -> None:
+    _Counting.seen = []
+    run_rules([_Counting, _All], libcst.parse_module(PLAIN))
+    assert _Counting.seen.count("helper") == 4  # both rules saw the def and the call
+
+
+def test_an_aliased_launcher_is_found_in_a_statement_that_never_spells_a_trigger_word() -> None:
+    source = "from serverless_gpu import distributed as launch\n" + PLAIN + "@launch(**options)\ndef f(): ...\n"
+    result = migrate_file("job.py", source.encode(), RULES)
+    assert [(r.line, r.code, r.blocking) for r in result.records if r.code == "AM102"] == [(7, "AM102", True)]
+
+
+class _SeesEverything(Rule):
+    """Changes nothing, needs every statement: with it, the pass traverses the whole cell as before skipping."""
+
+    CODE = "T002"
+    DESCRIPTION = "test"
+
+
+ALIASED = [
+    "import databricks.air as air_runtime  # was serverless_gpu\n" + PLAIN + "air_runtime.distributed(run, **options)\n",
+    "from serverless_gpu.compute import GPUType as Kind\n" + PLAIN
+    + "from serverless_gpu import distributed\n@distributed(gpus=1, gpu_type=Kind.A10)\ndef f(): ...\n"
+    + "chosen = Kind.H100\nprint(Kind)\n",
+    "import serverless_gpu as sg\n" + PLAIN + "@sg.distributed(gpus=2)\ndef g(): ...\nx = sg\n",
+    "from databricks import air\nimport serverless_gpu\n" + PLAIN
+    + "run = air.ray_launch(gpus=4, gpu_type='H100')(helper)\ny = serverless_gpu.compute\n",
+    "try:\n    from serverless_gpu import distributed as d\nexcept ImportError:\n    d = None\n" + PLAIN
+    + "@d(gpus=1, gpu_type='A10')\ndef h(): ...\nh.with_overrides(gpus=2)\n",
+]
+
+
+@pytest.mark.parametrize("source", ALIASED)
+def test_skipping_finds_and_changes_exactly_what_a_whole_traversal_does(source: str) -> None:
+    skipping = migrate_file("job.py", source.encode(), RULES)
+    whole = migrate_file("job.py", source.encode(), [*RULES, _SeesEverything])
+    assert skipping.records and skipping.records == whole.records
+    assert skipping.migrated == whole.migrated
