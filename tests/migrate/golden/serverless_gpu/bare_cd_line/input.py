@@ -1,0 +1,9 @@
+# Databricks notebook source
+%cd /Workspace/Users/me/project
+from serverless_gpu import distributed
+
+# COMMAND ----------
+
+@distributed(gpus=1, gpu_type="A10")
+def train() -> None:
+    print("training")

@@ -1,0 +1,14 @@
+# Databricks notebook source
+from serverless_gpu import distributed
+
+# COMMAND ----------
+
+@distributed(gpus=4, gpu_type="H100")
+def train() -> None:
+    print("training")
+
+# COMMAND ----------
+
+@distributed(gpus=8, gpu_type="H100")
+def evaluate() -> None:
+    print("evaluating")

@@ -1,0 +1,12 @@
+# Databricks notebook source
+from databricks.air import distributed
+from serverless_gpu import distributed
+
+# COMMAND ----------
+
+@distributed(gpus=1, gpu_type="A10")
+def train() -> None:
+    print("training")
+
+
+train.distributed()

@@ -1,0 +1,11 @@
+# Databricks notebook source
+from serverless_gpu import distributed
+
+# COMMAND ----------
+
+@distributed(gpus=8, gpu_type="H100")
+def train() -> None:
+    print("training")
+
+
+train.distributed()
