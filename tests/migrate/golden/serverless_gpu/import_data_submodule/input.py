@@ -1,8 +1,8 @@
 # Databricks notebook source
 import serverless_gpu.data
-from serverless_gpu.data import load_dataset
+from serverless_gpu.data import UCVolumeDataset
 
 # COMMAND ----------
 
-rows = load_dataset("/Volumes/main/default/rows")
-other = serverless_gpu.data.load_dataset("/Volumes/main/default/other")
+rows = UCVolumeDataset("/Volumes/main/default/rows")
+reader = serverless_gpu.data.UCVolumeReader("/Volumes/main/default/other")
