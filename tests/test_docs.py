@@ -46,11 +46,14 @@ RUNNABLE = [path for path in PAGES if read_page(path).executed_blocks]
 
 
 def _clean_environment(tmp_path: Path) -> Dict[str, str]:
-    """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run."""
+    """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run.
+
+    ``RAY_ADDRESS`` goes too: the Ray tests' cluster sets it in this process, and a page starts its own.
+    """
     environ = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_")) and name not in ("MASTER_ADDR", "MASTER_PORT")
+        if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_")) and name not in ("MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")
     }
     environ.update(
         {
