@@ -203,7 +203,8 @@ class GpuTypeMembersRule(Rule):
         return True
 
     def statement_words(self) -> Optional[Collection[str]]:
-        return launch_words(self.context.text or self.module.code)
+        # AcceleratorType too: where the new name is already bound, a use is left as it is.
+        return launch_words(self.context.text or self.module.code) | {NEW_CLASS}
 
     # --- the transformation --------------------------------------------------------------------------------------
 

@@ -97,7 +97,7 @@ class TorchDistributorRule(Rule):
         self._plan = file.get(_PLAN)
 
     def statement_words(self) -> Optional[Collection[str]]:
-        return None if self._plan is not None else ()  # without a plan (no TorchDistributor) it changes nothing
+        return None if RESTARTS in self.context.file else ()  # no TorchDistributor in the file: nothing to do
 
     # --- one traversal: notes where they are found, edits where they apply ---------------------------------------
 

@@ -138,8 +138,9 @@ class Rule(libcst.CSTTransformer):
 
     def statement_words(self) -> Optional[Collection[str]]:
         """Words one of which a top-level statement of the cell must hold for this rule to change or report anything
-        in it, or ``None`` (the default) when the rule must see every statement. Asked once per cell, after the
-        rules' ``visit_Module``; a statement no rule wants is not traversed at all (most of a large file)."""
+        in it, or ``None`` (the default) when the rule must see every statement. Asked once per cell, before the
+        survey; a statement no rule wants is not traversed at all (most of a large file), and scopes are resolved
+        over the statements that are (every binding of a word spells it, so those names resolve the same)."""
         return None
 
     def report(

@@ -75,6 +75,8 @@ ALIASED = [
     "from serverless_gpu.compute import GPUType as Kind\n" + PLAIN
     + "from serverless_gpu import distributed\n@distributed(gpus=1, gpu_type=Kind.A10)\ndef f(): ...\n"
     + "chosen = Kind.H100\nprint(Kind)\n",
+    "from serverless_gpu.compute import GPUType as Kind\nfrom serverless_gpu import distributed\n" + PLAIN
+    + "def AcceleratorType(): ...\n@distributed(gpus=1, gpu_type=Kind.A10)\ndef f(): ...\n",
     "import serverless_gpu as sg\n" + PLAIN + "@sg.distributed(gpus=2)\ndef g(): ...\nx = sg\n",
     "from databricks import air\nimport serverless_gpu\n" + PLAIN
     + "run = air.ray_launch(gpus=4, gpu_type='H100')(helper)\ny = serverless_gpu.compute\n",
