@@ -21,7 +21,7 @@ import dataclasses
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
-from libcst.metadata import MetadataWrapper, ProviderT, ScopeProvider
+from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider, ProviderT, ScopeProvider
 
 from air_migrate.rules.base import CellContext, Finding, Rule
 from air_migrate.rules.todo_markers import STATEMENTS, MarkerInserter, add_markers
@@ -70,7 +70,8 @@ class PreparedCell:
         if self.words is not None:
             own = module.body[len(self.context.prefix):]
             self.skipped = self.skipped | {s for s in own if not _holds_any(module, s, self.words)}
-        metadata = _LazyMetadata(self._wrapper, providers, self._scope_wrapper(module))
+        positions = _StatementPositions(module, self.ancestors, self._wrapper)
+        metadata = _LazyMetadata(self._wrapper, providers, self._scope_wrapper(module), positions)
         for rule in self.rules:
             rule.metadata = metadata  # type: ignore[assignment]
 
@@ -112,15 +113,19 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
     cost more than parsing: a cell where no rule needs them never pays for them)."""
 
     def __init__(
-        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scope_wrapper: Optional[MetadataWrapper]
+        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scope_wrapper: Optional[MetadataWrapper],
+        positions: "_StatementPositions",
     ) -> None:
         self._wrapper = wrapper
         self._scope_wrapper = scope_wrapper
+        self._positions = positions
         self._providers = tuple(providers)
 
     def __getitem__(self, provider: ProviderT) -> Mapping:  # type: ignore[type-arg]
         if provider not in self._providers:
             raise KeyError(provider)
+        if provider is PositionProvider:
+            return self._positions
         if provider is ScopeProvider and self._scope_wrapper is not None:
             return self._scope_wrapper.resolve(provider)
         return self._wrapper.resolve(provider)
@@ -144,6 +149,81 @@ def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
             return None
         words.update(asked)
     return frozenset(words)
+
+
+class _StatementPositions(Mapping):  # type: ignore[type-arg]
+    """``PositionProvider`` for a node inside the top-level statement being traversed, computed over that
+    statement alone and shifted by the lines before it (a top-level statement starts at column 0); any other node
+    gets the positions computed over the whole cell. A report rarely needs more than a few statements' positions,
+    and the whole cell's cost as much as parsing it."""
+
+    def __init__(self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper) -> None:
+        self._module = module
+        self._ancestors = ancestors
+        self._wrapper = wrapper
+        self._starts: Optional[Dict[libcst.CSTNode, int]] = None
+        self._computed: Dict[libcst.CSTNode, Mapping] = {}  # type: ignore[type-arg]
+        self._whole: Optional[Mapping] = None  # type: ignore[type-arg]
+
+    def _local(self, node: libcst.CSTNode) -> Optional[Mapping]:  # type: ignore[type-arg]
+        if len(self._ancestors) < 2 or self._module.default_newline not in ("\n", "\r\n"):
+            return None
+        statement = self._ancestors[1]
+        found = self._computed.get(statement)
+        if found is None:
+            if self._starts is None:
+                self._starts = {}
+                line = len(self._module.header)
+                for each in self._module.body:
+                    self._starts[each] = line
+                    line += self._module.code_for_node(each).count("\n")
+            if statement not in self._starts:
+                return None
+            alone = self._module.with_changes(header=(), body=[statement], footer=())
+            found = self._computed[statement] = _Shifted(
+                MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider), self._starts[statement]
+            )
+        return found if node in found else None
+
+    def _all(self) -> Mapping:  # type: ignore[type-arg]
+        if self._whole is None:
+            self._whole = self._wrapper.resolve(PositionProvider)
+        return self._whole
+
+    def __getitem__(self, node: libcst.CSTNode) -> CodeRange:
+        local = self._local(node)
+        return local[node] if local is not None else self._all()[node]
+
+    def __contains__(self, node: object) -> bool:
+        return (isinstance(node, libcst.CSTNode) and self._local(node) is not None) or node in self._all()
+
+    def __iter__(self) -> Iterator[libcst.CSTNode]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class _Shifted(Mapping):  # type: ignore[type-arg]
+    """Positions computed over one statement alone, as lines of the whole cell."""
+
+    def __init__(self, positions: Mapping, lines: int) -> None:  # type: ignore[type-arg]
+        self._positions = positions
+        self._lines = lines
+
+    def __getitem__(self, node: libcst.CSTNode) -> CodeRange:
+        found = self._positions[node]
+        return CodeRange(CodePosition(found.start.line + self._lines, found.start.column),
+                         CodePosition(found.end.line + self._lines, found.end.column))
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._positions
+
+    def __iter__(self) -> Iterator[libcst.CSTNode]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
 
 
 def _holds_any(module: libcst.Module, statement: libcst.CSTNode, words: FrozenSet[str]) -> bool:

@@ -91,3 +91,33 @@ def test_skipping_finds_and_changes_exactly_what_a_whole_traversal_does(source: 
     whole = migrate_file("job.py", source.encode(), [*RULES, _SeesEverything])
     assert skipping.records and skipping.records == whole.records
     assert skipping.migrated == whole.migrated
+
+
+class _ReportsNames(Rule):
+    """Reports every name in the statements that mention ``wanted``."""
+
+    CODE = "T003"
+    DESCRIPTION = "test"
+
+    def statement_words(self) -> Optional[Collection[str]]:
+        return ("wanted",)
+
+    def visit_Name(self, node: libcst.Name) -> None:
+        self.report(node, node.value)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_positions_computed_per_statement_are_those_of_the_whole_cell(newline: str) -> None:
+    source = (
+        "# header comment\n\n" + PLAIN + "\n# leading comment\n\nwanted = (\n    helper(1),\n    helper(2))\n"
+        + "if True:\n\n    # inside\n    wanted += [helper(\n        3)]\nclass C:\n    '''doc\n    wanted'''\n"
+    ).replace("\n", newline)
+    module = libcst.parse_module(source)
+    findings = run_rules([_ReportsNames], module).findings
+    whole = libcst.metadata.MetadataWrapper(module, unsafe_skip_copy=True).resolve(libcst.metadata.PositionProvider)
+    expected = sorted(
+        (where.start.line, where.start.column + 1, where.end.line, where.end.column + 1, node.value)
+        for node, where in whole.items() if isinstance(node, libcst.Name) and where.start.line >= 8
+    )
+    assert len(findings) == 7  # wanted, helper x2; True, wanted, helper; C
+    assert sorted((f.line, f.column, f.end_line, f.end_column, f.message) for f in findings) == expected
