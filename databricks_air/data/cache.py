@@ -9,8 +9,8 @@ process of the workspace takes to change the cache, and its first 8 bytes count 
   no process ever sees a partial file at a final path; a copy killed mid-way leaves only its temporary file, and
   the whole workspace is reclaimed once its owner is gone.
 * A copy keeps the source's size and modification time; a copy whose source no longer matches is fetched again.
-* Before a copy starts, older copies are evicted (least recently used first, by access time, which each use sets)
-  until the new one fits under ``limit_bytes`` and leaves ``min_free_bytes`` free on the disk. Files that the
+* Before a copy starts, older copies are evicted (oldest first, by the time they were copied, kept as their access
+  time) until the new one fits under ``limit_bytes`` and leaves ``min_free_bytes`` free on the disk. Files that the
   caller says are pinned (positions that are in flight between the workers and the training loop) are never
   evicted; if nothing else can go, the cache goes over its limit by those files rather than stall.
 * Only files under ``files/`` are ever deleted: never the source.
@@ -66,6 +66,7 @@ class FileCache:
         retry: RetryPolicy,
     ) -> None:
         self.files_dir = os.path.join(directory, "files")
+        self._files_prefix = self.files_dir + os.sep
         self.lock_path = os.path.join(directory, "cache.lock")
         os.makedirs(self.files_dir, exist_ok=True)
         if not os.path.exists(self.lock_path):
@@ -111,7 +112,21 @@ class FileCache:
     def fetch(self, source: str, relative: str, pinned: Callable[[], Optional[Collection[str]]]) -> str:
         """The path of a fresh local copy of ``source`` (file ``relative`` of the dataset), copying it if needed."""
         try:
-            info = call_with_retries(lambda: self.filesystem.stat(source), f"stat {source}", self.retry)
+            info = self.filesystem.stat(source)  # the common case, without the retry machinery
+        except OSError:
+            info = self._stat_with_retries(source)
+        destination = self._files_prefix + relative
+        try:
+            cached = os.stat(destination)
+            if cached.st_size == info.st_size and cached.st_mtime_ns == info.st_mtime_ns:
+                return destination
+        except FileNotFoundError:
+            pass
+        return self._fill(source, relative, destination, info, pinned)
+
+    def _stat_with_retries(self, source: str) -> os.stat_result:
+        try:
+            return call_with_retries(lambda: self.filesystem.stat(source), f"stat {source}", self.retry)
         except FileNotFoundError:
             raise DataFileVanishedError(
                 source,
@@ -120,15 +135,6 @@ class FileCache:
             ) from None
         except OSError as error:
             raise _read_error(source, "stat", error) from error
-        destination = os.path.join(self.files_dir, relative)
-        try:
-            cached = os.stat(destination)
-            if cached.st_size == info.st_size and cached.st_mtime_ns == info.st_mtime_ns:
-                os.utime(destination, ns=(time.time_ns(), info.st_mtime_ns))
-                return destination
-        except FileNotFoundError:
-            pass
-        return self._fill(source, relative, destination, info, pinned)
 
     def _fill(
         self,

@@ -19,16 +19,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torch.utils.data import IterableDataset, get_worker_info
 
 from databricks.air.data import plan
 from databricks.air.data.cache import FileCache
 from databricks.air.data.control import Control
-from databricks.air.data.errors import DataFileError
-from databricks.air.data.fetching import fetch_in_order
 from databricks.air.data.filesystem import VolumeFileSystem
+from databricks.air.data.items import in_flight, pass_items
 from databricks.air.data.listing import compile_patterns, list_folder
 from databricks.air.data.ranks import check_agreement, resolve_rank
 from databricks.air.data.retry import RetryPolicy
@@ -329,51 +328,23 @@ class UCVolumeDataset(IterableDataset):
         positions = plan.worker_positions(
             current.share, current.start, current.batch_size, current.drop_last, num_workers, worker_id
         )
-        if not self.cache_enabled:
-            for position in positions:
-                yield position, self.listing.path(share[position])
-            return
-        cache = self._ensure_cache()
         lookahead = 2 * self.io_threads
         window = self._pin_window(num_workers, current.batch_size, lookahead)
-
-        def pinned() -> Optional[Collection[str]]:
-            if control is None:  # a plain torch DataLoader's worker: keep the whole rest of this pass
-                return {self.listing.files[i] for i in share[current.start:]}
-            if control.get("pass_id") != current.pass_id:
-                return None  # this pass is over: evict nothing
-            first = control.get("released")
-            return {self.listing.files[i] for i in share[max(first, 0):first + window]}
-
-        def fetch(position: int) -> str:
-            index = share[position]
-            return cache.fetch(self.listing.path(index), self.listing.files[index], pinned)
-
-        threads = 1 if self._filesystem.is_local(self.path) else self.io_threads
-        substitute: Optional[str] = None
-        waiting: List[int] = []
-        for position, result in fetch_in_order(positions, fetch, threads, lookahead):
-            if not consumer_releases and control is not None:
-                control.set(released=position)  # iterated directly: everything before this item is consumed
-            if isinstance(result, BaseException):
-                if self.on_error != "skip" or not isinstance(result, DataFileError):
-                    raise result
-                self._record_skip(share[position], result)
-                if substitute is None:
-                    waiting.append(position)
-                    continue
-                result = substitute
-            substitute = result
-            for earlier in waiting:
-                yield earlier, result
-            waiting.clear()
-            yield position, result
-        if waiting:
-            raise DataFileError(
-                self.listing.path(share[waiting[0]]),
-                f"none of this worker's {len(waiting)} remaining files could be read (first: "
-                f"{self.listing.path(share[waiting[0]])}); on_error='skip' has no file left to fill their slots",
-            )
+        release = None
+        if not consumer_releases and control is not None:
+            release = lambda position: control.set(released=position)  # noqa: E731 - direct iteration
+        return pass_items(
+            self.listing,
+            share,
+            positions,
+            cache=self._ensure_cache() if self.cache_enabled else None,
+            pins=in_flight(self.listing, share, control, current.pass_id, current.start, window),
+            threads=1 if self._filesystem.is_local(self.path) else self.io_threads,
+            lookahead=lookahead,
+            skip_errors=self.on_error == "skip",
+            on_skip=self._record_skip,
+            on_next=release,
+        )
 
     def _record_skip(self, index: int, error: BaseException) -> None:
         name = self.listing.files[index]

@@ -37,6 +37,7 @@ class Listing:
         for name in self.files:
             digest.update(name.encode("utf-8", "surrogateescape") + b"\n")
         object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
+        object.__setattr__(self, "_prefix", self.root.rstrip("/") + "/")
 
     @property
     def count(self) -> int:
@@ -44,7 +45,7 @@ class Listing:
 
     def path(self, index: int) -> str:
         """Absolute path of file ``index``."""
-        return os.path.join(self.root, self.files[index])
+        return self._prefix + self.files[index]  # once per file per epoch: cheaper than os.path.join
 
     def describe(self) -> dict:
         """The fingerprint as it appears in a saved state."""

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
 from databricks.air.data import UCVolumeReader, UCVolumeWriter
-from databricks.air.data.errors import CorruptCheckpointError, IncompleteCheckpointError
+from databricks.air.data.errors import CorruptCheckpointError
 
 
 @pytest.fixture(autouse=True)

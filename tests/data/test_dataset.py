@@ -234,3 +234,20 @@ def test_a_dataset_without_state_cannot_be_checkpointed() -> None:
     loader = DataLoader(list(range(5)), batch_size=2, num_workers=0)
     with pytest.raises(TypeError, match="is not checkpointable"):
         loader.state_dict()
+
+
+def _names_and_sizes(paths: List[str]) -> tuple:
+    return tuple(os.path.basename(p) for p in paths), sum(os.path.getsize(p) for p in paths)
+
+
+def test_h1_the_state_counts_delivered_batches_with_a_custom_collate_and_prefetching(
+    files: Callable[..., Path]
+) -> None:
+    folder = files(20)
+    loader = DataLoader(UCVolumeDataset(folder), batch_size=3, num_workers=2, prefetch_factor=4,
+                        collate_fn=_names_and_sizes)
+    iterator = iter(loader)
+    first = next(iterator)
+    assert first == (("f0000.bin", "f0001.bin", "f0002.bin"), 48)
+    next(iterator)
+    assert loader.state_dict()["delivered"] == 6  # received, although workers have prefetched more

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -51,6 +50,7 @@ def _train_and_checkpoint(folder: str, checkpoint: str) -> Dict[str, Any]:
     fresh = DataLoader(UCVolumeDataset(folder, shuffle=True, seed=1), batch_size=3, num_workers=0)
     dcp.load({"w": restored, f"loader_{rank}": fresh}, storage_reader=UCVolumeReader(checkpoint))
     local = restored.to_local()
+    del model  # DDP goes first: torch's gloo threads can deadlock if DDP outlives the process group
     dist.destroy_process_group()
     return {"steps": steps, "seen": seen, "local": local.tolist(), "loader": fresh.state_dict()}
 

@@ -1,0 +1,94 @@
+"""What one worker hands out during a pass: the local path of each of its positions, in order.
+
+Without a cache a position's path is the listed file itself. With one, files are fetched through it (several at a
+time when the folder is slow to read), and eviction is told which files are in flight. With ``on_error="skip"``,
+a file that cannot be read gives its slot to another file of the same worker, so the rank keeps its count.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+from databricks.air.data.cache import FileCache
+from databricks.air.data.control import Control
+from databricks.air.data.errors import DataFileError
+from databricks.air.data.fetching import fetch_in_order
+from databricks.air.data.listing import Listing
+
+Pins = Callable[[], Optional[Collection[str]]]
+
+
+def in_flight(
+    listing: Listing, share: Sequence[int], control: Optional[Control], pass_id: int, start: int, window: int
+) -> Pins:
+    """Which files eviction must keep now: those from the consumer's position on, ``window`` positions deep.
+
+    Without a control block (a plain torch DataLoader's worker) nobody says what was consumed, so the whole rest
+    of the pass is kept; once the main process has started another pass, this one's worker evicts nothing.
+    """
+
+    def pins() -> Optional[Set[str]]:
+        if control is None:
+            return {listing.files[i] for i in share[start:]}
+        if control.get("pass_id") != pass_id:
+            return None
+        first = max(control.get("released"), 0)
+        return {listing.files[i] for i in share[first:first + window]}
+
+    return pins
+
+
+def pass_items(
+    listing: Listing,
+    share: Sequence[int],
+    positions: Iterable[int],
+    *,
+    cache: Optional[FileCache],
+    pins: Pins,
+    threads: int,
+    lookahead: int,
+    skip_errors: bool,
+    on_skip: Callable[[int, BaseException], None],
+    on_next: Optional[Callable[[int], None]] = None,
+) -> Iterator[Tuple[int, str]]:
+    """Yield ``(position, local path)`` for each of ``positions`` (indices into ``share``), in order.
+
+    ``on_next(position)`` is called before each item is handed out (direct iteration: the previous one has been
+    used); ``on_skip(listing index, error)`` for each file given up under ``skip_errors``.
+    """
+    if cache is None:
+        for position in positions:
+            if on_next is not None:
+                on_next(position)
+            yield position, listing.path(share[position])
+        return
+
+    def fetch(position: int) -> str:
+        index = share[position]
+        return cache.fetch(listing.path(index), listing.files[index], pins)
+
+    substitute: Optional[str] = None
+    waiting: List[int] = []
+    for position, result in fetch_in_order(positions, fetch, threads, lookahead):
+        if on_next is not None:
+            on_next(position)
+        if isinstance(result, BaseException):
+            if not skip_errors or not isinstance(result, DataFileError):
+                raise result
+            on_skip(share[position], result)
+            if substitute is None:
+                waiting.append(position)  # filled by the next file that can be read
+                continue
+            result = substitute
+        substitute = result
+        for earlier in waiting:
+            yield earlier, result
+        waiting.clear()
+        yield position, result
+    if waiting:
+        first = listing.path(share[waiting[0]])
+        raise DataFileError(
+            first,
+            f"none of this worker's {len(waiting)} remaining files could be read (first: {first}); "
+            "on_error='skip' has no file left to fill their slots",
+        )
