@@ -54,7 +54,7 @@ class GpuTypesRule(Rule):
         return launch_words(self.context.text or self.module.code)
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
-        if not is_launch_call(self.get_metadata, original_node):
+        if not is_launch_call(self.get_metadata, original_node, self.context.text or self.module.code):
             return updated_node
         found = type_arg(original_node)
         if found is None:

@@ -165,7 +165,7 @@ class GpuTypeMembersRule(Rule):
         if arg.keyword.value not in TYPE_KEYWORDS:
             return None
         call = self.get_metadata(ParentNodeProvider, arg, None)
-        if isinstance(call, libcst.Call) and is_launch_call(self.get_metadata, call):
+        if isinstance(call, libcst.Call) and is_launch_call(self.get_metadata, call, self.context.text or self.module.code):
             return call
         return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from typing import Any, Callable, Collection, Dict, FrozenSet, Optional
 
 import libcst
@@ -35,13 +36,32 @@ def qualified_names(get_metadata: MetadataGetter, node: libcst.CSTNode) -> Colle
     return scope.get_qualified_names_for(node) if scope is not None else ()
 
 
-def is_launch_call(get_metadata: MetadataGetter, call: libcst.Call) -> bool:
-    """True for ``distributed(...)``, ``ray_launch(...)`` (either package) and ``x.with_overrides(...)``."""
+_STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+(?:serverless_gpu|databricks\.air)[ \t]+import[ \t]*\*", re.MULTILINE)
+
+
+def is_launch_call(get_metadata: MetadataGetter, call: libcst.Call, text: str = "") -> bool:
+    """True for ``distributed(...)``, ``ray_launch(...)`` (either package) and ``x.with_overrides(...)``.
+
+    ``text`` is the cell with the imports of earlier cells: when it has ``from serverless_gpu import *`` (or
+    ``databricks.air``'s), a bare ``distributed``/``ray_launch`` that nothing else in scope binds is that package's.
+    """
     if isinstance(call.func, libcst.Attribute) and call.func.attr.value == "with_overrides":
         return True
     if not isinstance(call.func, (libcst.Name, libcst.Attribute)):
         return False
-    return any(name.name in LAUNCHERS for name in qualified_names(get_metadata, call.func))
+    if any(name.name in LAUNCHERS for name in qualified_names(get_metadata, call.func)):
+        return True
+    return (
+        isinstance(call.func, libcst.Name)
+        and call.func.value in ("distributed", "ray_launch")
+        and _STAR_IMPORT.search(text) is not None
+        and _unbound(get_metadata, call.func)
+    )
+
+
+def _unbound(get_metadata: MetadataGetter, name: libcst.Name) -> bool:
+    scope = get_metadata(ScopeProvider, name, None)
+    return scope is not None and not scope[name.value]
 
 
 @functools.lru_cache(maxsize=4)  # the rules of one cell ask for the same text in turn

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
@@ -23,10 +23,8 @@ from golden_harness import (assert_diff_applies, case_names, check_golden, expec
 GOLDEN = Path(__file__).parent / "golden" / "serverless_gpu"
 CASES = case_names(GOLDEN)
 # Cases whose current output is wrong by the rules of the migration: they must fail until the tool is fixed.
-KNOWN_WRONG: Dict[str, str] = {
-    "import_star": "gpus=/gpu_type= on a `distributed` that `from serverless_gpu import *` brought in are left as "
-                   "they are, unreported (the expected files hold the mapped keywords)",
-}
+KNOWN_WRONG: Dict[str, str] = {}
+"""Cases whose expected files say what the tool should do but does not yet: case -> why (a strict xfail)."""
 
 
 @pytest.fixture
@@ -54,8 +52,6 @@ def test_every_case_is_checked_in_every_form_it_has() -> None:
         assert list(sections) == list(forms(GOLDEN, case)), case
 
 
-@pytest.mark.xfail(strict=True, reason="@run_on(gpus=..., gpu_type=...) through `run_on = distributed` is neither "
-                                      "rewritten nor reported (item 30): a silent half migration")
 def test_decorator_through_an_alias_of_distributed_is_migrated_or_reported(
         workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = 'from serverless_gpu import distributed\n\nrun_on = distributed\n\n@run_on(gpus=8, gpu_type="H100")\n' \
