@@ -117,7 +117,7 @@ class FileCache:
             info = self._stat_with_retries(source)
         destination = self._files_prefix + relative
         try:
-            cached = os.stat(destination)
+            cached = os.lstat(destination)  # a copy is a regular file this cache made: nothing to follow
             if cached.st_size == info.st_size and cached.st_mtime_ns == info.st_mtime_ns:
                 return destination
         except FileNotFoundError:

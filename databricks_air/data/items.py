@@ -69,7 +69,8 @@ def pass_items(
 
     substitute: Optional[str] = None
     waiting: List[int] = []
-    for position, result in fetch_in_order(positions, fetch, threads, lookahead):
+    fetched = fetch_in_order(positions, fetch, threads, lookahead)
+    for position, result in fetched:
         if on_next is not None:
             on_next(position)
         if isinstance(result, BaseException):
