@@ -27,14 +27,17 @@ MANIFEST_VERSION = 1
 _OVERLAP_BYTES = 1024 * 1024  # below this, hashing inline is cheaper than handing it to a thread
 
 _helpers: Optional[ThreadPoolExecutor] = None
+_helpers_pid = -1
 _helpers_lock = threading.Lock()
 
 
 def _helper() -> ThreadPoolExecutor:
-    global _helpers
+    global _helpers, _helpers_pid
     with _helpers_lock:
-        if _helpers is None:
+        # A forked child inherits the pool object but none of its threads: it needs a pool of its own.
+        if _helpers is None or _helpers_pid != os.getpid():
             _helpers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="air-checksum")
+            _helpers_pid = os.getpid()
         return _helpers
 
 

@@ -275,3 +275,32 @@ def test_checkpoint_ids_any_local_path_and_volumes_but_no_urls(tmp_path: Path) -
     writer.reset(tmp_path / "b")
     dcp.save({"w": torch.ones(2)}, storage_writer=writer, checkpoint_id=tmp_path / "c")
     assert (tmp_path / "c" / ".metadata").exists() and not (tmp_path / "a").exists()
+
+
+def test_a_forked_child_checksums_with_threads_of_its_own(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    dcp.save({"w": torch.randn(2 * 1024 * 1024)}, storage_writer=UCVolumeWriter(tmp_path / "parent"))
+    child = os.fork()
+    if child == 0:  # the parent's checksum threads do not exist here
+        status = 1
+        try:
+            state = {"w": torch.randn(2 * 1024 * 1024)}
+            dcp.save(state, storage_writer=UCVolumeWriter(tmp_path / "child"))
+            loaded = {"w": torch.zeros(2 * 1024 * 1024)}
+            dcp.load(loaded, storage_reader=UCVolumeReader(tmp_path / "child"))
+            status = 0 if torch.equal(loaded["w"], state["w"]) else 2
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
