@@ -16,14 +16,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
-from docs_blocks import Page, parse_page, read_page
+from docs_blocks import parse_page, read_page
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -45,10 +47,12 @@ PAGES = _pages()
 RUNNABLE = [path for path in PAGES if read_page(path).executed_blocks]
 
 
-def _clean_environment(tmp_path: Path) -> Dict[str, str]:
+def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
     """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run.
 
-    ``RAY_ADDRESS`` goes too: the Ray tests' cluster sets it in this process, and a page starts its own.
+    ``RAY_ADDRESS`` goes too: the Ray tests' cluster sets it in this process, and a page starts its own. For the same
+    reason ``RAY_TMPDIR`` points at a temporary directory of the page's (short: Ray puts sockets in it): there Ray
+    finds no ``ray_current_cluster`` file, which would make ``ray.init()`` join the tests' cluster.
     """
     environ = {
         name: value
@@ -62,6 +66,7 @@ def _clean_environment(tmp_path: Path) -> Dict[str, str]:
             # Keeps call logs inside the page's folder rather than the shared temp directory.
             "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "databricks-air-logs"),
             "PYTHONUNBUFFERED": "1",
+            "RAY_TMPDIR": ray_directory,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
     )
@@ -103,23 +108,26 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     }
     blocks_file = tmp_path / "blocks.json"
     blocks_file.write_text(json.dumps(spec))
+    ray_directory = tempfile.mkdtemp(prefix="air-docs-ray-")
     try:
         done = subprocess.run(
             [sys.executable, str(RUNNER), str(blocks_file)],
             cwd=work,
-            env=_clean_environment(tmp_path),
+            env=_clean_environment(tmp_path, ray_directory),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             timeout=PAGE_TIMEOUT,
         )
     except subprocess.TimeoutExpired as expired:
+        shutil.rmtree(ray_directory, ignore_errors=True)
         output = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else expired.stdout
         started = [line for line in (output or "").splitlines() if line.startswith("======== ")]
         pytest.fail(
             f"{_page_id(page)}: not finished after {PAGE_TIMEOUT} s, in "
             f"{started[-1][9:] if started else 'its first block'}\n\n{_tail(output or '')}"
         )
+    shutil.rmtree(ray_directory, ignore_errors=True)
     failed = [line for line in done.stdout.splitlines() if " FAILED: " in line]
     assert done.returncode == 0, f"{failed[0] if failed else _page_id(page)}\n\n{_tail(done.stdout)}"
 
