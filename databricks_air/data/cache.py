@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -44,8 +45,6 @@ def default_min_free_bytes(directory: str) -> int:
                 return value
         except ValueError:
             pass
-        import logging
-
         logging.getLogger("databricks.air.data").warning(
             "%s=%r is not a byte count >= 0; keeping 10%% of the disk free instead", MIN_FREE_VARIABLE, raw
         )

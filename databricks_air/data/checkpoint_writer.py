@@ -143,7 +143,8 @@ class UCVolumeWriter(FileSystemWriter):
                 record = records.get(info.relative_path)
                 attached.add(info.relative_path)
             fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(_StorageInfo)}
-            checked.append(dataclasses.replace(result, storage_data=_CheckedStorageInfo(**fields, file_checksum=record)))
+            info = _CheckedStorageInfo(**fields, file_checksum=record)
+            checked.append(dataclasses.replace(result, storage_data=info))
         future: Future = Future()
         future.set_result(checked)
         return future

@@ -60,7 +60,8 @@ def test_lengths_are_exact_and_equal_on_every_rank_with_drop_last(files: Callabl
 def test_equalize_none_reproduces_the_reference_stride_with_workers(files: Callable[..., Path]) -> None:
     folder = files(10)
     dataset = UCVolumeDataset(folder, rank=1, world_size=2, equalize="none")
-    assert _names(list(DataLoader(dataset, batch_size=None, num_workers=2))) == [f"f{i:04d}.bin" for i in (1, 3, 5, 7, 9)]
+    got = _names(list(DataLoader(dataset, batch_size=None, num_workers=2)))
+    assert got == [f"f{i:04d}.bin" for i in (1, 3, 5, 7, 9)]
 
 
 def test_drop_reports_the_files_left_out(files: Callable[..., Path], caplog: pytest.LogCaptureFixture) -> None:

@@ -157,7 +157,9 @@ def test_c2_the_epoch_order_does_not_depend_on_ranks_or_workers() -> None:
         merged = [shares[i % world][i // world] for i in range(n)]
         assert merged == order
         for rank, share in enumerate(shares):
-            dealt = sorted(p for w in range(workers) for p in plan.worker_positions(len(share), 0, 4, False, workers, w))
+            dealt = sorted(
+                p for w in range(workers) for p in plan.worker_positions(len(share), 0, 4, False, workers, w)
+            )
             assert dealt == list(range(len(share)))
 
 
