@@ -45,6 +45,19 @@ _POLL_SECONDS = 0.5
 _DRAIN_SECONDS = 2.0
 
 
+
+def job_environ() -> Dict[str, str]:
+    """The torchrun variables every rank of one call shares beyond its coordinates (local and Ray ranks alike)."""
+    return {
+        "ROLE_NAME": "default",
+        "REPLICA_RANK": "0",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "TORCHELASTIC_RUN_ID": f"databricks-air-{secrets.token_hex(6)}",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+    }
+
 @dataclasses.dataclass
 class Launch:
     """Everything the engine needs for one call."""
@@ -198,13 +211,7 @@ class _Call:
                 "NODE_RANK": "0",
                 "GROUP_RANK": "0",
                 "GROUP_WORLD_SIZE": "1",
-                "ROLE_NAME": "default",
-                "REPLICA_RANK": "0",
-                "PYTHONUNBUFFERED": "1",
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-                "TORCHELASTIC_RUN_ID": f"databricks-air-{secrets.token_hex(6)}",
-                "TORCHELASTIC_RESTART_COUNT": "0",
-                "TORCHELASTIC_MAX_RESTARTS": "0",
+                **job_environ(),
             }
         )
         return environ

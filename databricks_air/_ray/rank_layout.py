@@ -10,7 +10,6 @@ does under torchrun (Ray alone would show each rank only its own GPU, as device 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from typing import Dict, List, Sequence, Tuple
 
 
@@ -69,16 +68,3 @@ def rank_environ(places: Sequence[Place], rank: int, master_port: int) -> Dict[s
     if node_gpus:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpus)
     return environ
-
-
-def job_environ() -> Dict[str, str]:
-    """The variables every rank of one call shares beyond its coordinates (the local engine sets the same)."""
-    return {
-        "ROLE_NAME": "default",
-        "REPLICA_RANK": "0",
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "TORCHELASTIC_RUN_ID": f"databricks-air-{secrets.token_hex(6)}",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
-    }

@@ -25,12 +25,12 @@ from typing import Any, Dict, List, Optional
 
 from databricks.air._engine.call_files import CallFiles
 from databricks.air._engine.failures import RankOutcome, build_error
-from databricks.air._engine.launch import Launch
+from databricks.air._engine.launch import Launch, job_environ
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.values import read_value_file
 from databricks.air._ray import placement, session
 from databricks.air._ray.rank_host import RankHost
-from databricks.air._ray.rank_layout import Place, Slot, arrange, job_environ, rank_environ
+from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
