@@ -108,6 +108,31 @@ class FileCache:
 
     # -- fetching ---------------------------------------------------------------------------------------------
 
+    def hit_checker(self, root: str) -> Callable[[str], Optional[str]]:
+        """A function ``relative -> path of the fresh copy, or None``, for file ``relative`` under ``root``.
+
+        The cache-hit half of :meth:`fetch` (a ``stat`` of the source and an ``lstat`` of the copy), with every
+        name bound in advance: it runs once per file per warm epoch, right after the training loop has read other
+        files and left the CPU's caches cold, where each attribute lookup shows. It never copies or retries: on
+        ``None`` (a miss, or a ``stat`` that failed), call :meth:`fetch`.
+        """
+        stat = os.stat if type(self.filesystem).stat is VolumeFileSystem.stat else self.filesystem.stat
+        lstat = os.lstat
+        sources = root.rstrip("/") + "/"
+        copies = self._files_prefix
+
+        def hit(relative: str) -> Optional[str]:
+            try:
+                info = stat(sources + relative)
+                cached = lstat(copies + relative)  # a copy is a regular file this cache made: nothing to follow
+            except OSError:
+                return None
+            if cached.st_mtime_ns == info.st_mtime_ns and cached.st_size == info.st_size:
+                return copies + relative
+            return None
+
+        return hit
+
     def fetch(self, source: str, relative: str, pinned: Callable[[], Optional[Collection[str]]]) -> str:
         """The path of a fresh local copy of ``source`` (file ``relative`` of the dataset), copying it if needed."""
         try:
@@ -116,7 +141,7 @@ class FileCache:
             info = self._stat_with_retries(source)
         destination = self._files_prefix + relative
         try:
-            cached = os.lstat(destination)  # a copy is a regular file this cache made: nothing to follow
+            cached = os.lstat(destination)
             if cached.st_size == info.st_size and cached.st_mtime_ns == info.st_mtime_ns:
                 return destination
         except FileNotFoundError:

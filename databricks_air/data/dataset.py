@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -176,7 +177,8 @@ class UCVolumeDataset(IterableDataset):
             filesystem=self._filesystem,
             retry=self._retry,
         )
-        self.cache_enabled = cache is True or (cache == "auto" and not self._filesystem.is_local(self.path))
+        self._local = self._filesystem.is_local(self.path)  # asked once: it reads the mount table
+        self.cache_enabled = cache is True or (cache == "auto" and not self._local)
         if self.cache_enabled and cache_limit_bytes is not None:
             self._check_limit_fits(cache_limit_bytes)
 
@@ -192,6 +194,7 @@ class UCVolumeDataset(IterableDataset):
         self._control: Optional[Control] = None
         self._cache: Optional[FileCache] = None
         self._pass_counter = 0
+        self._last_share: Optional[Tuple[Any, Tuple[int, ...]]] = None
 
     # -- public API -------------------------------------------------------------------------------------------
 
@@ -317,14 +320,14 @@ class UCVolumeDataset(IterableDataset):
         else:
             pass_id, (epoch, start) = -1, self._position()
         current = _Pass(pass_id, epoch, start, share, batch_size, drop_last)
-        for _, path in self._yield_positions(current, worker_id, num_workers, control, consumer_releases=True):
-            yield path
+        # map in C rather than a generator of our own: one frame less to resume for every file of every epoch
+        return map(itemgetter(1), self._yield_positions(current, worker_id, num_workers, control, True))
 
     def _yield_positions(
         self, current: _Pass, worker_id: int, num_workers: int, control: Optional[Control], consumer_releases: bool
     ) -> Iterator[Tuple[int, str]]:
         rank, world = self._rank_and_world()
-        share = plan.rank_share(self._order(current.epoch), world, rank, self.equalize)
+        share = self._rank_share(current.epoch, world, rank)
         positions = plan.worker_positions(
             current.share, current.start, current.batch_size, current.drop_last, num_workers, worker_id
         )
@@ -339,7 +342,7 @@ class UCVolumeDataset(IterableDataset):
             positions,
             cache=self._ensure_cache() if self.cache_enabled else None,
             pins=in_flight(self.listing, share, control, current.pass_id, current.start, window),
-            threads=1 if self._filesystem.is_local(self.path) else self.io_threads,
+            threads=1 if self._local else self.io_threads,
             lookahead=lookahead,
             skip_errors=self.on_error == "skip",
             on_skip=self._record_skip,
@@ -434,6 +437,14 @@ class UCVolumeDataset(IterableDataset):
     def _order(self, epoch: int) -> List[int]:
         return plan.epoch_order(self.listing.count, self.listing.fingerprint, self.seed, epoch, self.shuffle)
 
+    def _rank_share(self, epoch: int, world: int, rank: int) -> Sequence[int]:
+        """This rank's files in ``epoch``, kept for the next pass when it will be the same (no shuffle, or a
+        pass resumed in the same epoch)."""
+        key = (epoch if self.shuffle else None, world, rank)
+        if self._last_share is None or self._last_share[0] != key:
+            self._last_share = (key, tuple(plan.rank_share(self._order(epoch), world, rank, self.equalize)))
+        return self._last_share[1]
+
     def _resolve_now_if_grouped(self) -> Optional[tuple]:
         if self._explicit_rank is not None:
             return self._explicit_rank
@@ -512,6 +523,7 @@ class UCVolumeDataset(IterableDataset):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_skip_log"] = []
+        state["_last_share"] = None  # each process plans its own; no need to ship a list of every file
         return state
 
 

@@ -20,16 +20,10 @@ def fetch_in_order(
 ) -> Iterator[Tuple[T, Union[R, BaseException]]]:
     """Yield ``(item, fetch(item))`` in the order of ``items``, or ``(item, error)`` when ``fetch`` raised.
 
-    With ``threads`` > 1, up to ``lookahead`` items are being fetched ahead of the one handed out. Closing the
-    generator early cancels what has not started and waits for what has.
+    Up to ``lookahead`` items are being fetched ahead of the one handed out, by ``threads`` threads (with one
+    thread, the caller's own loop does better). Closing the generator early cancels what has not started and
+    waits for what has.
     """
-    if threads <= 1:
-        for item in items:
-            try:
-                yield item, fetch(item)
-            except Exception as error:  # handed to the caller, which decides to raise or skip
-                yield item, error
-        return
     source = iter(items)
     pending: Deque[Tuple[T, Future]] = deque()
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="air-data-fetch")

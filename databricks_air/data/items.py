@@ -7,7 +7,7 @@ a file that cannot be read gives its slot to another file of the same worker, so
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from databricks.air.data.cache import FileCache
 from databricks.air.data.control import Control
@@ -57,19 +57,77 @@ def pass_items(
     used); ``on_skip(listing index, error)`` for each file given up under ``skip_errors``.
     """
     if cache is None:
-        for position in positions:
-            if on_next is not None:
-                on_next(position)
-            yield position, listing.path(share[position])
-        return
+        return _in_place(positions, share, listing, on_next)
 
     def fetch(position: int) -> str:
         index = share[position]
         return cache.fetch(listing.path(index), listing.files[index], pins)
 
+    if threads > 1:
+        fetched = fetch_in_order(positions, fetch, threads, lookahead)
+    else:
+        hit = cache.hit_checker(listing.root)
+        if not skip_errors:
+            return _through_local_cache(positions, share, listing.files, hit, fetch, on_next)
+        fetched = _answers_here(positions, share, listing.files, hit, fetch)
+    return _skipping(listing, share, fetched, on_skip, on_next, skip_errors)
+
+
+def _in_place(
+    positions: Iterable[int], share: Sequence[int], listing: Listing, on_next: Optional[Callable[[int], None]]
+) -> Iterator[Tuple[int, str]]:
+    for position in positions:
+        if on_next is not None:
+            on_next(position)
+        yield position, listing.path(share[position])
+
+
+def _through_local_cache(
+    positions: Iterable[int],
+    share: Sequence[int],
+    files: Sequence[str],
+    hit: Callable[[str], Optional[str]],
+    fetch: Callable[[int], str],
+    on_next: Optional[Callable[[int], None]],
+) -> Iterator[Tuple[int, str]]:
+    """The common case of a warm epoch, in one loop: a cache hit costs two ``stat`` calls and little else."""
+    for position in positions:
+        if on_next is not None:
+            on_next(position)
+        path = hit(files[share[position]])
+        yield position, fetch(position) if path is None else path
+
+
+def _answers_here(
+    positions: Iterable[int],
+    share: Sequence[int],
+    files: Sequence[str],
+    hit: Callable[[str], Optional[str]],
+    fetch: Callable[[int], str],
+) -> Iterator[Tuple[int, Union[str, BaseException]]]:
+    """``(position, path or error)``, fetched one at a time on this thread."""
+    for position in positions:
+        path = hit(files[share[position]])
+        if path is None:
+            try:
+                path = fetch(position)
+            except Exception as error:  # handed to the caller, which decides to raise or skip
+                yield position, error
+                continue
+        yield position, path
+
+
+def _skipping(
+    listing: Listing,
+    share: Sequence[int],
+    fetched: Iterable[Tuple[int, Union[str, BaseException]]],
+    on_skip: Callable[[int, BaseException], None],
+    on_next: Optional[Callable[[int], None]],
+    skip_errors: bool,
+) -> Iterator[Tuple[int, str]]:
+    """Hand out fetched paths in order; under ``skip_errors``, a file that failed gives its slot to the next."""
     substitute: Optional[str] = None
     waiting: List[int] = []
-    fetched = fetch_in_order(positions, fetch, threads, lookahead)
     for position, result in fetched:
         if on_next is not None:
             on_next(position)
