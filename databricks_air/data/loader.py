@@ -22,6 +22,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from databricks.air.data.dataset import LoaderSettings, UCVolumeDataset, _Pass
 from databricks.air.data.envelope import Envelope, EnvelopingCollate, RestoringWorkerInit
 from databricks.air.data.errors import StateMismatchError
+from databricks.air.data.in_process import InProcessBatches
 from databricks.air.data.metrics import BatchTimer, Sink, mlflow_sink
 from databricks.air.data.protocol import Checkpointable
 from databricks.air.data.ranks import process_group
@@ -104,7 +105,7 @@ class DataLoader(torch.utils.data.DataLoader):
         current = self._volume._begin_pass(workers=self.num_workers)
         self._volume._managed_next = self.num_workers == 0
         try:
-            inner = super().__iter__()
+            inner = InProcessBatches(self) if InProcessBatches.serves(self) else super().__iter__()
         finally:
             self._volume._managed_next = False
         return _Delivery(self, inner, current)
