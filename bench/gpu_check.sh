@@ -18,6 +18,8 @@
 # Output: the table on stdout; with $OUT set, also $OUT/gpu_check.txt (the table, rewritten after every check) and
 # $OUT/gpu_check.log (everything). Takes about 4 minutes; the checks stop starting after GPU_CHECK_BUDGET seconds
 # (default 450), so the whole run stays under 8 minutes. GPU_CHECK_ONLY=ddp,fsdp runs only the checks named.
+# GPU_CHECK_DATA=1 then also runs bench/data_loading.py and bench/data_checkpoint.py pinned to two CPUs (about 3
+# more minutes), appending their tables to the output.
 # Exit status 1 if any check FAILed (a MISS, a missed performance target, does not count).
 set -uo pipefail
 
@@ -28,7 +30,7 @@ wheel_dir=""
 for argument in "$@"; do
     case "$argument" in
         --cpu) mode_flag=(--cpu) ;;
-        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "gpu_check.sh: unknown option $argument (use --cpu or a wheel directory)" >&2; exit 2 ;;
         *) wheel_dir="$argument" ;;
     esac
@@ -106,4 +108,17 @@ fi
 
 "$python" "$here/gpu_check.py" "${mode_flag[@]}" --table "$table" --log "$log" \
     --budget "${GPU_CHECK_BUDGET:-450}" ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"}
-exit $?
+status=$?
+
+# The data benchmarks need no GPU but a quiet machine, which a GPU host lent for a check usually is: pinned to two
+# CPUs, they are comparable with CI's 2-vCPU figures without the shared VM's noise.
+if [[ "${GPU_CHECK_DATA:-0}" == "1" ]]; then
+    pin=()
+    if command -v taskset >/dev/null; then pin=(taskset -c 0,1); fi
+    for bench in data_loading data_checkpoint; do
+        say "bench/$bench.py ${pin[*]:+under ${pin[*]}}"
+        "${pin[@]}" "$python" "$here/$bench.py" 2>&1 | tee -a "$log" >>"$table"
+    done
+    cat "$table"
+fi
+exit $status
