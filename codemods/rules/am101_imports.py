@@ -95,7 +95,10 @@ class ImportsRule(Rule):
         for alias, target in zip(updated_node.names, targets):
             names.append(alias.with_changes(name=_dotted(target)) if target else alias)
         new_node = updated_node.with_changes(names=names)
-        self.report(original_node, f"import {OLD} -> import {NEW}", after=new_node)
+        renamed = [(get_full_name_for_node(a.name), t) for a, t in zip(original_node.names, targets) if t]
+        before = ", ".join(old for old, _ in renamed)
+        after = ", ".join(target for _, target in renamed)
+        self.report(original_node, f"import {before} -> import {after}", after=new_node)
         return new_node
 
     def leave_ImportFrom(
