@@ -89,7 +89,7 @@ def migrate_file(
     if apply_changes:
         for number in line_fixes:
             cell = source.cells[number - 1]
-            new_texts[number] = _fix_lines(new_texts.get(number, cell.raw), line_rules)
+            new_texts[number] = _fix_lines(new_texts.get(number, cell.raw), line_rules, shell=cell.shell)
     changed = {n: text for n, text in new_texts.items() if text != source.cells[n - 1].raw}
     if changed:
         result.cells = {n: (source.cells[n - 1].raw, text) for n, text in sorted(changed.items())}
@@ -167,7 +167,7 @@ def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[Li
             (index, line, rule, found)
             for index, line in enumerate(cell.raw.splitlines(), start=1)
             for rule in line_rules
-            for found in [rule.check(line)]
+            for found in [rule.check(line, shell=cell.shell)]
             if found is not None
         ]
         if not hits or _magic_lines_are_text(source, cell):
@@ -193,13 +193,13 @@ def _magic_lines_are_text(source: SourceFile, cell: Cell) -> bool:
     return True
 
 
-def _fix_lines(text: str, line_rules: Sequence[LineRule]) -> str:
+def _fix_lines(text: str, line_rules: Sequence[LineRule], shell: bool = False) -> str:
     """``text`` with every line a line rule rewrites rewritten, line endings kept."""
     lines = []
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
         for rule in line_rules:
-            found = rule.check(body)
+            found = rule.check(body, shell=shell)
             if found is not None and found.new_line is not None:
                 body = found.new_line
         lines.append(body + line[len(line.rstrip("\r\n")):])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -56,6 +57,8 @@ class Cell:
     """The cell as written (magics and ``# MAGIC`` lines included)."""
     code: bool = True
     """False for markdown and raw cells (and a notebook in another language): no rule looks at them."""
+    shell: bool = False
+    """A shell cell (Databricks ``%sh``, Jupyter ``%%sh``, ``%%bash``, ``%%script sh|bash``): its lines are commands."""
 
     def unmask(self, text: str) -> str:
         """Put the magics back into ``text``."""
@@ -104,7 +107,7 @@ class DatabricksFile(SourceFile):
             python = not _is_magic_chunk(chunk)
             cells.append(
                 Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk,
-                     code=python or not _is_markdown_chunk(chunk))
+                     code=python or not _is_markdown_chunk(chunk), shell=not python and _is_shell_chunk(chunk))
             )
             line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
         super().__init__(cells)
@@ -135,10 +138,30 @@ def _is_magic_chunk(chunk: str) -> bool:
     return bool(lines) and all(line.startswith(_MAGIC_PREFIX) for line in lines)
 
 
+def _magic_command(chunk: str) -> str:
+    """The magic a ``# MAGIC`` cell starts with (``%md``, ``%sh``...)."""
+    first = _magic_lines(chunk)[0][len(_MAGIC_PREFIX):].strip()
+    return first.split(None, 1)[0] if first else ""
+
+
 def _is_markdown_chunk(chunk: str) -> bool:
     """A ``# MAGIC %md`` cell: documentation, where a ``%pip`` line is only an example."""
-    first = _magic_lines(chunk)[0][len(_MAGIC_PREFIX):].strip()
-    return first.split(" ", 1)[0] in ("%md", "%md-sandbox")
+    return _magic_command(chunk) in ("%md", "%md-sandbox")
+
+
+def _is_shell_chunk(chunk: str) -> bool:
+    """A ``# MAGIC %sh`` cell: every line is a shell command."""
+    return _magic_command(chunk) == "%sh"
+
+
+def is_shell_cell_magic(first_line: str) -> bool:
+    """``%%sh``, ``%%bash``, ``%%script sh`` or ``%%script bash``: a notebook cell of shell commands."""
+    words = first_line.split()
+    if not words:
+        return False
+    if words[0] == "%%script":
+        return len(words) > 1 and os.path.basename(words[1]) in ("sh", "bash")
+    return words[0] in ("%%sh", "%%bash")
 
 
 class NotebookFile(SourceFile):
@@ -156,7 +179,8 @@ class NotebookFile(SourceFile):
             if raw.get("cell_type") != "code" or not python:
                 cells.append(Cell(number=number, first_line=1, text=None, raw=text, code=False))
                 continue
-            cells.append(dataclasses.replace(mask_cell(number, text), raw=text))
+            first = text.splitlines()[0] if text.strip() else ""
+            cells.append(dataclasses.replace(mask_cell(number, text), raw=text, shell=is_shell_cell_magic(first)))
         super().__init__(cells)
 
     def render(self, new_texts: Dict[int, str]) -> bytes:

@@ -1,8 +1,10 @@
 """AM110: lines that install ``serverless_gpu`` with pip are reported; ``--fix-pip`` rewrites them.
 
 Recognised: ``%pip install ...`` and ``!pip install ...`` (also ``pip3``, ``python -m pip``, ``{sys.executable} -m
-pip``), in notebook cells and as Databricks ``# MAGIC %pip`` lines, naming ``serverless_gpu`` in any case and with
-``-``, ``_`` or ``.`` (pip treats them alike), with or without extras and a version specifier, quoted or not.
+pip``), in notebook cells and as Databricks ``# MAGIC %pip`` lines, and plain ``pip install ...`` lines of shell
+cells (Databricks ``%sh``, Jupyter ``%%sh``/``%%bash``; after ``sudo`` or a chained ``&&`` too), naming
+``serverless_gpu`` in any case and with ``-``, ``_`` or ``.`` (pip treats them alike), with or without extras and a
+version specifier, quoted or not.
 
 With ``fix_pip``, each such requirement becomes the new package: ``databricks-sdk-air`` (what Databricks ships) in a
 Databricks notebook source, this project's ``databricks-air-oss`` elsewhere, ``pip_package`` overriding both. The rest
@@ -26,6 +28,13 @@ OPEN_PACKAGE = "databricks-air-oss"
 _INSTALL = re.compile(
     r"^(?P<lead>[ \t]*(?:# MAGIC ?)?[ \t]*)[%!][ \t]*"
     r"(?:(?:\{[^}]*\}|\S*python[\d.]*)[ \t]+-m[ \t]+)?pip3?[ \t]+install\b(?P<args>.*)$",
+    re.IGNORECASE,
+)
+# In a shell cell (``%sh``, ``%%bash``) commands carry no ``%``/``!``: ``pip install``, possibly after ``sudo``, after
+# the ``%sh`` of a one-line Databricks cell, or after other commands chained with ``&&``, ``||`` or ``;``.
+_SHELL_INSTALL = re.compile(
+    r"^(?P<lead>[ \t]*(?:# MAGIC ?)?[ \t]*(?:%sh\b[ \t]*)?(?:[^#]*?(?:&&|\|\||;)[ \t]*)?)"
+    r"(?:sudo[ \t]+(?:-\S+[ \t]+)*)?(?:\S*python[\d.]*[ \t]+-m[ \t]+)?pip3?[ \t]+install\b(?P<args>.*)$",
     re.IGNORECASE,
 )
 _MENTION = re.compile(r"(?<![\w-])serverless[-_.]gpu(?![\w-])", re.IGNORECASE)
@@ -71,8 +80,8 @@ class PipInstallsRule(LineRule):
             return self.options.pip_package
         return DATABRICKS_PACKAGE if self.options.kind == "databricks" else OPEN_PACKAGE
 
-    def check(self, line: str) -> Optional[LineFinding]:
-        install = _INSTALL.match(line)
+    def check(self, line: str, shell: bool = False) -> Optional[LineFinding]:
+        install = (_SHELL_INSTALL if shell else _INSTALL).match(line)
         if install is None:
             return None
         start = install.start("args")

@@ -20,7 +20,9 @@ class RunMagicsRule(LineRule):
     CODE = "AM111"
     DESCRIPTION = "reported: a %run line, whose names this tool cannot see into (migrate that notebook too)"
 
-    def check(self, line: str) -> Optional[LineFinding]:
+    def check(self, line: str, shell: bool = False) -> Optional[LineFinding]:
+        if shell:
+            return None  # %run is a notebook magic, not a shell command
         found = _RUN.match(line)
         if found is None:
             return None

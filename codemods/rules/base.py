@@ -200,8 +200,9 @@ class LineRule:
     def __init__(self, options: FileOptions) -> None:
         self.options = options
 
-    def check(self, line: str) -> Optional[LineFinding]:
-        """What this rule finds on ``line`` (without its line ending), or ``None``."""
+    def check(self, line: str, shell: bool = False) -> Optional[LineFinding]:
+        """What this rule finds on ``line`` (without its line ending), or ``None``; ``shell`` when the line is in a
+        shell cell (``%sh``, ``%%bash``), where commands are written without ``%`` or ``!``."""
         raise NotImplementedError
 
 

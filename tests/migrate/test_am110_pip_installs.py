@@ -173,3 +173,61 @@ def test_a_bare_pip_line_in_a_databricks_python_cell_is_reported_and_fixed() -> 
     result = migrate_file("nb.py", source.encode(), RULES, fix_pip=True)
     assert sorted(r.code for r in result.records) == ["AM110", "AM902"]
     assert result.migrated == source.replace("serverless_gpu", "databricks-sdk-air").encode()
+
+
+@pytest.mark.parametrize(
+    "line, after",
+    [
+        ("# MAGIC pip install -q serverless_gpu torch", "# MAGIC pip install -q databricks-sdk-air torch"),
+        ("# MAGIC %sh pip install serverless_gpu", "# MAGIC %sh pip install databricks-sdk-air"),
+        ("# MAGIC cd /tmp && pip3 install serverless-gpu", "# MAGIC cd /tmp && pip3 install databricks-sdk-air"),
+        ("# MAGIC sudo -H python3 -m pip install serverless_gpu",
+         "# MAGIC sudo -H python3 -m pip install databricks-sdk-air"),
+        ("pip install 'serverless_gpu[ray]'", "pip install 'databricks-sdk-air[ray]'"),
+    ],
+)
+def test_in_a_shell_cell_a_plain_pip_install_is_an_install(line: str, after: str) -> None:
+    rule = PipInstallsRule(FileOptions("databricks", fix_pip=True))
+    found = rule.check(line, shell=True)
+    assert found is not None and found.new_line == after
+    assert rule.check(line) is None  # outside a shell cell, a line without % or ! is not a command
+    assert rule.check(after, shell=True) is None
+
+
+def test_shell_cells_of_a_databricks_source_are_fixed_and_markdown_is_not() -> None:
+    source = (
+        "# Databricks notebook source\n"
+        "# MAGIC %sh\n# MAGIC pip install serverless_gpu==0.5\n\n"
+        "# COMMAND ----------\n\n"
+        "# MAGIC %sh pip install serverless_gpu\n\n"
+        "# COMMAND ----------\n\n"
+        "# MAGIC %md\n# MAGIC pip install serverless_gpu\n\n"
+        "# COMMAND ----------\n\n"
+        "# MAGIC %python\n# MAGIC pip install serverless_gpu\n"
+    )
+    result = migrate_file("nb.py", source.encode(), RULES, fix_pip=True)
+    assert result.migrated is not None
+    assert result.migrated.decode() == source.replace(
+        "pip install serverless_gpu==0.5", "pip install databricks-sdk-air"
+    ).replace("%sh pip install serverless_gpu", "%sh pip install databricks-sdk-air")
+    assert [(r.cell, r.line, r.severity) for r in result.records if r.code == "AM110"] == [
+        (1, 3, "review"), (2, 7, "change")
+    ]
+
+
+@pytest.mark.parametrize("magic", ["%%bash", "%%sh", "%%script bash", "%%script /bin/sh"])
+def test_shell_cell_magics_of_a_jupyter_notebook_are_fixed(magic: str) -> None:
+    nb = new_notebook(
+        cells=[
+            new_code_cell(f"{magic}\npip install -U serverless_gpu\necho ok"),
+            new_code_cell("%%script python\npip install serverless_gpu"),  # not a shell
+        ],
+        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+    )
+    result = migrate_file("nb.ipynb", (nbformat.writes(nb) + "\n").encode(), RULES, fix_pip=True)
+    assert result.migrated is not None
+    cells = ["".join(cell["source"]) for cell in json.loads(result.migrated)["cells"]]
+    assert cells == [f"{magic}\npip install -U databricks-air-oss\necho ok",
+                     "%%script python\npip install serverless_gpu"]
+    reported = migrate_file("nb.ipynb", (nbformat.writes(nb) + "\n").encode(), RULES)
+    assert [(r.cell, r.line, r.severity) for r in reported.records if r.code == "AM110"] == [(1, 2, "manual")]
