@@ -1,0 +1,105 @@
+"""Supervising the ranks of one call: wait until they end, stopping them all on a failure, the deadline or an interrupt.
+
+The local engine (:mod:`databricks.air._engine.launch`) and the Ray call (:mod:`databricks.air._ray.remote_call`)
+hold their ranks in different ways (process groups behind a rank server, actors on a cluster) but supervise them
+with the same rules, which live here. Each gives a :class:`Supervisor` four hooks:
+
+* ``receive(seconds)``: wait up to ``seconds`` for news of the ranks (output, exits) and handle it; where a rank
+  failed, call :meth:`Supervisor.stop`;
+* ``running()``: whether any rank is still running;
+* ``terminate()``: ask every running rank, and everything it started, to end (SIGTERM);
+* ``kill()``: end every running rank now (SIGKILL).
+
+The rules:
+
+* the first failure, or the deadline (:attr:`Supervisor.timed_out`), starts stopping every rank;
+* a rank still running ``grace_period`` seconds after stopping began is killed;
+* a ``KeyboardInterrupt`` starts stopping every rank (:attr:`Supervisor.interrupted`); a second one, or one while
+  stopping, kills them at once. Supervision goes on until every rank has ended, and the caller raises the
+  ``KeyboardInterrupt`` again once it has collected what the ranks left.
+
+A sketch of a call site::
+
+    supervisor = Supervisor(receive=poll, running=any_running, terminate=sigterm_all, kill=sigkill_all,
+                            grace_period=3.0)
+    supervisor.run(deadline=time.monotonic() + timeout)
+    if supervisor.interrupted:
+        raise KeyboardInterrupt
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+POLL_SECONDS = 0.5
+"""The longest a single wait for news lasts (the deadline and the grace period end a wait sooner)."""
+
+
+class Supervisor:
+    """The stopping rules of one call's ranks, over hooks that reach the ranks (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        receive: Callable[[float], None],
+        running: Callable[[], bool],
+        terminate: Callable[[], None],
+        kill: Callable[[], None],
+        grace_period: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._receive = receive
+        self._running = running
+        self._terminate = terminate
+        self._kill = kill
+        self.grace_period = grace_period
+        self._clock = clock
+        self.stopping_since: Optional[float] = None
+        """When stopping began (on ``clock``), or ``None`` while the ranks run undisturbed."""
+        self.killed = False
+        self.timed_out = False
+        """The deadline stopped the ranks."""
+        self.interrupted = False
+        """A ``KeyboardInterrupt`` stopped the ranks."""
+
+    def run(self, deadline: Optional[float]) -> None:
+        """Wait until no rank runs; ``deadline`` is a time on ``clock`` (``None``: no limit)."""
+        while self._running():
+            try:
+                self._receive(self._wait_seconds(deadline))
+                if deadline is not None and self._clock() >= deadline and self.stopping_since is None:
+                    self.timed_out = True
+                    self.stop()
+                if (
+                    self.stopping_since is not None
+                    and not self.killed
+                    and self._clock() - self.stopping_since >= self.grace_period
+                ):
+                    self.kill()
+            except KeyboardInterrupt:
+                if self.interrupted or self.stopping_since is not None:
+                    self.kill()  # a second interrupt: no more grace
+                self.interrupted = True
+                self.stop()
+
+    def stop(self) -> None:
+        """Start stopping every rank, once: later calls change nothing (the grace period runs from the first)."""
+        if self.stopping_since is not None:
+            return
+        self.stopping_since = self._clock()
+        self._terminate()
+
+    def kill(self) -> None:
+        """Kill every rank still running."""
+        self.killed = True
+        self._kill()
+
+    def _wait_seconds(self, deadline: Optional[float]) -> float:
+        now = self._clock()
+        wait = POLL_SECONDS
+        if deadline is not None and self.stopping_since is None:
+            wait = min(wait, max(0.0, deadline - now))
+        if self.stopping_since is not None and not self.killed:
+            wait = min(wait, max(0.0, self.stopping_since + self.grace_period - now))
+        return wait
