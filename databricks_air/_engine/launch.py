@@ -7,7 +7,7 @@ order, or raises.
 Lifecycle guarantees:
 
 * the first failing rank stops all others at once (SIGTERM to each rank's process group, SIGKILL after
-  ``grace_period``);
+  ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.Supervisor`'s);
 * ``timeout`` bounds the whole call (:class:`LocalExecutionTimeoutError`);
 * ``KeyboardInterrupt`` stops every rank and every process a rank started, then propagates (a second one skips
   the grace period);
@@ -32,6 +32,7 @@ from databricks.air._engine.failures import RankOutcome, build_error
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.rank_server import kill_group
 from databricks.air._engine.rank_server_handle import RankServerHandle
+from databricks.air._engine.supervision import Supervisor
 from databricks.air._engine.values import read_value_file
 from databricks.air.exceptions import (
     LocalExecutionTimeoutError,
@@ -41,7 +42,6 @@ from databricks.air.exceptions import (
 )
 
 START_METHODS = ("fork", "spawn")
-_POLL_SECONDS = 0.5
 _DRAIN_SECONDS = 2.0
 
 
@@ -127,10 +127,13 @@ class _Call:
         self.outputs: Dict[int, RankOutput] = {}
         self.pipes: Dict[int, Tuple[int, str]] = {}  # read fd -> (rank, stream)
         self.selector = selectors.DefaultSelector()
-        self.stopping_since: Optional[float] = None
-        self.killed = False
-        self.timed_out = False
-        self.interrupted = False
+        self.supervisor = Supervisor(
+            receive=self._poll,
+            running=lambda: bool(self.running),
+            terminate=self._terminate,
+            kill=self._kill,
+            grace_period=launch.grace_period,
+        )
 
     # --- starting ------------------------------------------------------------------------------------------------
 
@@ -224,33 +227,8 @@ class _Call:
 
     def supervise(self, deadline: Optional[float]) -> None:
         """Wait until every rank has ended, stopping them all on the first failure, timeout or interrupt."""
-        while self.running:
-            try:
-                self._poll(self._wait_seconds(deadline))
-                if deadline is not None and time.monotonic() >= deadline and self.stopping_since is None:
-                    self.timed_out = True
-                    self._stop()
-                if (
-                    self.stopping_since is not None
-                    and not self.killed
-                    and time.monotonic() - self.stopping_since >= self.launch.grace_period
-                ):
-                    self._kill()
-            except KeyboardInterrupt:
-                if self.interrupted or self.stopping_since is not None:
-                    self._kill()  # a second interrupt: no more grace
-                self.interrupted = True
-                self._stop()
+        self.supervisor.run(deadline)
         self._drain_output()
-
-    def _wait_seconds(self, deadline: Optional[float]) -> float:
-        now = time.monotonic()
-        wait = _POLL_SECONDS
-        if deadline is not None and self.stopping_since is None:
-            wait = min(wait, max(0.0, deadline - now))
-        if self.stopping_since is not None and not self.killed:
-            wait = min(wait, max(0.0, self.stopping_since + self.launch.grace_period - now))
-        return wait
 
     def _poll(self, seconds: float) -> None:
         for key, _ in self.selector.select(seconds):
@@ -282,8 +260,8 @@ class _Call:
         outcome.status = event["status"]
         outcome.exited_at = time.time()
         outcome.record = self._read_record(outcome.rank)
-        if not outcome.succeeded and self.stopping_since is None:
-            self._stop()
+        if not outcome.succeeded:
+            self.supervisor.stop()
 
     def _read_record(self, rank: int) -> Optional[Dict[str, Any]]:
         path = self.files.result(rank)
@@ -323,18 +301,14 @@ class _Call:
 
     # --- stopping ------------------------------------------------------------------------------------------------
 
-    def _stop(self) -> None:
+    def _terminate(self) -> None:
         """Ask every running rank (and everything it started) to terminate."""
-        if self.stopping_since is not None:
-            return
-        self.stopping_since = time.monotonic()
         now = time.time()
         for outcome in self.running:
             outcome.stopped_at = now
             kill_group(outcome.pid, signal.SIGTERM)
 
     def _kill(self) -> None:
-        self.killed = True
         for outcome in self.running:
             kill_group(outcome.pid, signal.SIGKILL)
 
@@ -346,9 +320,9 @@ class _Call:
             raise build_error(
                 ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
             )
-        if self.interrupted:
+        if self.supervisor.interrupted:
             raise KeyboardInterrupt
-        if self.timed_out:
+        if self.supervisor.timed_out:
             raise LocalExecutionTimeoutError(
                 f"{self.launch.name} did not finish within its timeout of {self.launch.timeout:g} s, so all "
                 f"{self.launch.world_size} ranks were stopped. {self.launch.timeout_note}"
@@ -358,8 +332,7 @@ class _Call:
 
     def close(self) -> None:
         """Make sure nothing of this call survives, whatever happened."""
-        for outcome in self.running:
-            kill_group(outcome.pid, signal.SIGKILL)
+        self._kill()
         if self.store_pid is not None:
             kill_group(self.store_pid, signal.SIGKILL)
         self._wait_for_exits()
