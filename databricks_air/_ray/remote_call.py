@@ -7,8 +7,9 @@ ranks' output lands in the same per-rank log files, with rank 0 shown live.
 The steps: check that the cluster can ever hold the ranks; reserve a placement group (one bundle per rank, packed by
 node); start one :class:`RankHost` actor in each bundle; number the ranks from where Ray put them; start every rank
 with its torchrun environment; poll the hosts for output and exits; on the first failure, the timeout or an interrupt,
-stop every rank (SIGTERM, then SIGKILL after the grace period); and whatever happened, kill the actors and remove
-the placement group, so nothing of the call stays on the cluster.
+stop every rank (SIGTERM, then SIGKILL after the grace period: the rules of
+:class:`~databricks.air._engine.supervision.Supervisor`, as for local ranks); and whatever happened, kill the actors
+and remove the placement group, so nothing of the call stays on the cluster.
 
 Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
 variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
@@ -27,6 +28,7 @@ from databricks.air._engine.call_files import CallFiles
 from databricks.air._engine.failures import RankOutcome, build_error
 from databricks.air._engine.launch import Launch, job_environ
 from databricks.air._engine.output import RankOutput, make_outputs
+from databricks.air._engine.supervision import Supervisor
 from databricks.air._engine.values import read_value_file
 from databricks.air._ray import placement, session
 from databricks.air._ray.rank_host import RankHost
@@ -104,10 +106,13 @@ class _RemoteCall:
         self.outputs: Dict[int, RankOutput] = {}
         self.polls: Dict[Any, int] = {}  # pending poll -> rank
         self.files = CallFiles.create()  # results, as the caller reads them
-        self.stopping_since: Optional[float] = None
-        self.killed = False
-        self.timed_out = False
-        self.interrupted = False
+        self.supervisor = Supervisor(
+            receive=self._receive,
+            running=lambda: bool(self.running),
+            terminate=self._terminate,
+            kill=self._kill,
+            grace_period=launch.grace_period,
+        )
 
     # --- starting ------------------------------------------------------------------------------------------------
 
@@ -196,33 +201,7 @@ class _RemoteCall:
 
     def supervise(self, deadline: Optional[float]) -> None:
         """Wait until every rank has ended, stopping them all on the first failure, timeout or interrupt."""
-        while self.running:
-            try:
-                self._receive(self._wait_seconds(deadline))
-                now = time.monotonic()
-                if deadline is not None and now >= deadline and self.stopping_since is None:
-                    self.timed_out = True
-                    self._stop()
-                if (
-                    self.stopping_since is not None
-                    and not self.killed
-                    and now - self.stopping_since >= self.launch.grace_period
-                ):
-                    self._kill()
-            except KeyboardInterrupt:
-                if self.interrupted or self.stopping_since is not None:
-                    self._kill()  # a second interrupt: no more grace
-                self.interrupted = True
-                self._stop()
-
-    def _wait_seconds(self, deadline: Optional[float]) -> float:
-        now = time.monotonic()
-        wait = _POLL_SECONDS
-        if deadline is not None and self.stopping_since is None:
-            wait = min(wait, max(0.0, deadline - now))
-        if self.stopping_since is not None and not self.killed:
-            wait = min(wait, max(0.0, self.stopping_since + self.launch.grace_period - now))
-        return wait
+        self.supervisor.run(deadline)
 
     def _receive(self, seconds: float) -> None:
         # An interrupt may land anywhere in here: a rank whose poll was taken but not handled is polled again (its
@@ -254,8 +233,8 @@ class _RemoteCall:
         outcome.record = self._read_record(rank, result)
         outcome.exited_at = time.time()
         outcome.status = status  # last: a rank counts as ended only once all of this is known
-        if not outcome.succeeded and self.stopping_since is None:
-            self._stop()
+        if not outcome.succeeded:
+            self.supervisor.stop()
 
     def _host_lost(self, rank: int, error: BaseException) -> None:
         """The rank's actor died (its node was lost, or Ray killed it): the rank is gone with it."""
@@ -269,8 +248,7 @@ class _RemoteCall:
         }
         outcome.exited_at = time.time()
         outcome.status = -signal.SIGKILL
-        if self.stopping_since is None:
-            self._stop()
+        self.supervisor.stop()
 
     def _read_record(self, rank: int, result: Optional[bytes]) -> Optional[Dict[str, Any]]:
         if result is None:
@@ -292,18 +270,14 @@ class _RemoteCall:
 
     # --- stopping ------------------------------------------------------------------------------------------------
 
-    def _stop(self) -> None:
+    def _terminate(self) -> None:
         """Ask every running rank (and everything it started) to terminate."""
-        if self.stopping_since is not None:
-            return
-        self.stopping_since = time.monotonic()
         now = time.time()
         for outcome in self.running:
             outcome.stopped_at = now
             self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGTERM)
 
     def _kill(self) -> None:
-        self.killed = True
         for outcome in self.running:
             self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGKILL)
 
@@ -315,9 +289,9 @@ class _RemoteCall:
             raise build_error(
                 ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
             )
-        if self.interrupted:
+        if self.supervisor.interrupted:
             raise KeyboardInterrupt
-        if self.timed_out:
+        if self.supervisor.timed_out:
             raise LocalExecutionTimeoutError(
                 f"{self.launch.name} did not finish within its timeout of {self.launch.timeout:g} s, so all "
                 f"{len(ordered)} ranks were stopped. {self.launch.timeout_note}"
