@@ -53,7 +53,9 @@ def test_timeout_stops_every_rank_and_says_how_to_change_it(pid_dir: Path) -> No
     started = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError) as caught:
         fn.distributed(str(pid_dir))
-    assert time.monotonic() - started < 1.5 + 4
+    # Far below the ranks' 120 s: the timeout cut the call short. Not tighter: on a busy machine a cold rank server
+    # takes seconds to start, and a rank still starting when it is told to stop sits out the 3 s grace period.
+    assert time.monotonic() - started < 1.5 + 3 + 25
     assert isinstance(caught.value, TimeoutError)
     message = str(caught.value)
     assert "within its timeout of 1.5 s" in message and "timeout=None" in message
