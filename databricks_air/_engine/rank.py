@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 import cloudpickle
 
 from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine.process_groups import keep_destroyed_groups
 from databricks.air._engine.values import read_value_file, write_value_file
 
 
@@ -136,6 +137,9 @@ def finish(status: int) -> None:
 def main(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
+    # Before anything can import torch.distributed (unpickling the function may): a model that outlives
+    # destroy_process_group() must not deadlock the rank when it is freed (see process_groups).
+    keep_destroyed_groups()
     files = CallFiles(call_dir)
     status = 1
     try:
