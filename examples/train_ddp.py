@@ -110,6 +110,7 @@ def train(
     dist.barrier()
 
     checksum = sum(float(p.detach().double().abs().sum()) for p in model.parameters())
+    del model  # the model goes before its process group: DDP freed after it can hang gloo's teardown
     dist.destroy_process_group()
     return {"rank": rank, "world_size": world_size, "device": str(device), "losses": losses, "checksum": checksum}
 

@@ -123,8 +123,7 @@ def train(epochs: int, micro_batch_size: int, lr: float, cuda: bool) -> Dict[str
             print(f"epoch {epoch}: loss {losses[-1]:.5f}", flush=True)
 
     checksum = sum(float(p.detach().double().abs().sum()) for p in engine.module.parameters())
-    dist.destroy_process_group()
-    return {
+    result = {
         "rank": rank,
         "world_size": world_size,
         "device": str(engine.device),
@@ -132,6 +131,9 @@ def train(epochs: int, micro_batch_size: int, lr: float, cuda: bool) -> Dict[str
         "losses": losses,
         "checksum": checksum,
     }
+    del engine, model  # models go before their process group (see train_ddp.py)
+    dist.destroy_process_group()
+    return result
 
 
 def main() -> None:

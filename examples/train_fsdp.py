@@ -137,6 +137,7 @@ def train(
     checksum = sum(float(p.detach().full_tensor().double().abs().sum()) for p in restored.parameters())
     local = sum(p.to_local().numel() for p in model.parameters())
     shard_fraction = local / sum(p.numel() for p in model.parameters())
+    del model, restored  # models go before their process group (see train_ddp.py)
     dist.destroy_process_group()
     return {
         "rank": rank,

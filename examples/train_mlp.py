@@ -138,6 +138,7 @@ def run_train(num_epochs: int, batch_size: int, cuda: bool) -> dict[str, Any]:
 
                 mlflow.log_metric("loss", mean_loss, step=epoch)
 
+    del model  # the model goes before its process group: DDP freed after it can hang gloo's teardown
     cleanup()
     return {"rank": rank, "device": str(device), "final_loss": epoch_loss}
 
