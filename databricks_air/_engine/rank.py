@@ -7,6 +7,10 @@ arguments, calls it, and writes what it returned (or how it failed) to ``result_
 
 Exit status: 0 after a returned value, 1 after a failure record. A rank that dies before writing its record is
 reported by the caller from its exit status alone.
+
+Process groups the function destroys stay referenced until the rank exits
+(:mod:`databricks.air._engine.process_groups`), so that a model freed after ``destroy_process_group()`` (at the
+latest when the function returns) cannot deadlock the rank.
 """
 
 from __future__ import annotations
