@@ -1,10 +1,10 @@
 """A rank never hangs in teardown because a DDP model outlived ``destroy_process_group()``.
 
 Without the engine's guard (``databricks_air/_engine/process_groups.py``) about one call in two of
-``train_then_destroy_with_the_model_alive`` hangs for good on this machine: the user's frame frees the model at
-``return``, DDP's reducer drops the last reference to the gloo group with the GIL held, and the group's destructor
-joins a worker thread that waits for the GIL. The first test makes enough calls that a missing guard fails it
-(as a ``LocalExecutionTimeoutError``) with high probability; the others check the guard itself.
+``train_then_destroy_with_the_model_alive`` on 4 CPU ranks hangs for good on a 2-core machine: the user's frame
+frees the model at ``return``, DDP's reducer drops the last reference to the gloo group with the GIL held, and the
+group's destructor joins a worker thread that waits for the GIL. The first test makes enough calls that a missing
+guard fails it (as a ``LocalExecutionTimeoutError``) with high probability; the others check the guard itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 from databricks.air import distributed
 from databricks.air._engine import process_groups
 
-CALLS = 10
+CALLS = 7
+RANKS = 4
 CALL_TIMEOUT = 60  # a call takes about 2 s; a hang is for good, so any margin works
 
 
@@ -44,13 +45,23 @@ def train_then_destroy_with_the_model_alive(steps: int) -> Dict[str, object]:
     return {"weight": weight}
 
 
+@pytest.fixture(autouse=True)
+def _one_rank_server_with_the_data_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rank server imports ``databricks.air.data`` (and DCP, dynamo...) once; every test here shares it.
+
+    Ranks that hold those modules, as a training rank does, hit the race far more often than bare ones.
+    """
+    monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "databricks.air.data")
+
+
 def test_a_model_alive_at_destroy_process_group_never_hangs_the_rank() -> None:
-    run = distributed(accelerator_type="CPU", num_accelerators=2, timeout=CALL_TIMEOUT)(
+    # 4 ranks on 2 cores: a gloo thread that waits for a core makes the race, hence the hang, more likely.
+    run = distributed(accelerator_type="CPU", num_accelerators=RANKS, timeout=CALL_TIMEOUT)(
         train_then_destroy_with_the_model_alive
     )
     for _ in range(CALLS):
-        results = run.distributed(6)  # LocalExecutionTimeoutError if a rank hangs
-        assert results[0]["weight"].equal(results[1]["weight"])
+        results = run.distributed(2)  # LocalExecutionTimeoutError if a rank hangs
+        assert len(results) == RANKS and all(r["weight"].equal(results[0]["weight"]) for r in results)
 
 
 def destroy_a_subgroup_then_the_world() -> Dict[str, object]:
