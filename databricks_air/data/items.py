@@ -125,7 +125,8 @@ def _skipping(
     on_next: Optional[Callable[[int], None]],
     skip_errors: bool,
 ) -> Iterator[Tuple[int, str]]:
-    """Hand out fetched paths in order; under ``skip_errors``, a file that failed gives its slot to the next."""
+    """Hand out fetched paths in order; under ``skip_errors``, a file that failed gives its slot to the last file
+    read before it (to the next one read when none was)."""
     substitute: Optional[str] = None
     waiting: List[int] = []
     for position, result in fetched:
