@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, List
@@ -105,17 +107,18 @@ def test_a_cache_hit_is_a_fresh_copy_and_anything_else_is_a_miss(tmp_path: Path)
     root.mkdir()
     (root / "a.bin").write_bytes(b"first")
     cache = _cache(tmp_path, VolumeFileSystem())
-    hit = cache.hit_checker(str(root))
-    assert hit("a.bin") is None  # not copied yet
+    hit = cache.hit_checker(str(root), ("a.bin",))
+    assert hit(0) is None  # not copied yet
     copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
-    assert hit("a.bin") == copy
+    assert hit(0) == copy
+    assert hit(0) == copy  # remembered as fresh
     (root / "a.bin").write_bytes(b"second")
     os.utime(root / "a.bin", ns=(time.time_ns(), time.time_ns() + 10**9))
-    assert hit("a.bin") is None  # stale: the source changed
+    assert hit(0) is None  # stale: the source changed
     assert Path(cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())).read_bytes() == b"second"
-    assert hit("a.bin") == copy
+    assert hit(0) == copy
     (root / "a.bin").unlink()
-    assert hit("a.bin") is None  # the source is gone: fetch() says so, with its retries and its error
+    assert hit(0) is None  # the source is gone: fetch() says so, with its retries and its error
 
 
 def test_a_cache_hit_asks_the_volume_s_own_stat(tmp_path: Path) -> None:
@@ -133,7 +136,7 @@ def test_a_cache_hit_asks_the_volume_s_own_stat(tmp_path: Path) -> None:
     cache = _cache(tmp_path, Counting())
     cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     before = Counting.stats
-    assert cache.hit_checker(str(root))("a.bin") is not None
+    assert cache.hit_checker(str(root), ("a.bin",))(0) is not None
     assert Counting.stats == before + 1
 
 
@@ -154,3 +157,81 @@ def test_direct_iteration_with_one_io_thread_copies_each_file_once(files: Callab
     first, second = list(dataset), list(dataset)
     assert first == second and all(os.path.exists(p) for p in first)
     assert sum(RemoteFileSystem(log).logged().values()) == 5
+
+
+FETCH_IN_ANOTHER_PROCESS = """
+import sys
+from databricks.air.data.cache import FileCache
+from databricks.air.data.filesystem import VolumeFileSystem
+from databricks.air.data.retry import RetryPolicy
+directory, limit, min_free, source, relative = sys.argv[1:]
+cache = FileCache(directory, limit_bytes=None if limit == "none" else int(limit), min_free_bytes=int(min_free),
+                  filesystem=VolumeFileSystem(), retry=RetryPolicy(attempts=1, total_seconds=1.0))
+cache.fetch(source, relative, lambda: set())
+"""
+
+
+def _fetch_in_another_process(cache: FileCache, source: Path, limit: Any, min_free: int = 0) -> None:
+    subprocess.run([sys.executable, "-c", FETCH_IN_ANOTHER_PROCESS, os.path.dirname(cache.files_dir),
+                    str(limit).lower(), str(min_free), str(source), source.name], check=True, timeout=120)
+
+
+def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "volume"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"data")
+    cache = _cache(tmp_path, VolumeFileSystem())
+    copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
+    looked: List[str] = []
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda path, *args, **kwargs: looked.append(path) or real_lstat(path))
+    files = ("a.bin",)
+    hit = cache.hit_checker(str(root), files)
+    assert [hit(0), hit(0), hit(0)] == [copy] * 3
+    assert cache.hit_checker(str(root), files)(0) == copy  # the next pass remembers too
+    assert looked == [copy]
+
+
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, limit: Any) -> None:
+    root = tmp_path / "volume"
+    root.mkdir()
+    for name in ("a.bin", "b.bin", "c.bin"):
+        (root / name).write_bytes(bytes(400))
+    cache = FileCache(str(tmp_path / "cache"), limit_bytes=limit, min_free_bytes=0, filesystem=VolumeFileSystem(),
+                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    hit = cache.hit_checker(str(root), ("a.bin", "b.bin", "c.bin"))
+    first = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
+    assert hit(0) == first and hit(0) == first  # found fresh, then remembered
+    cache.fetch(str(root / "b.bin"), "b.bin", lambda: set())
+    if limit is None:  # nothing is counted: only a disk running full evicts
+        _fetch_in_another_process(cache, root / "c.bin", None, min_free=2**62)
+    else:  # over 1000 bytes: evicts a.bin, the oldest
+        _fetch_in_another_process(cache, root / "c.bin", limit)
+    assert not os.path.exists(first)
+    assert hit(0) is None
+    assert hit(2) is not None
+
+
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_a_copy_replaced_by_another_process_is_checked_again(tmp_path: Path, limit: Any) -> None:
+    root = tmp_path / "volume"
+    root.mkdir()
+    source = root / "a.bin"
+    source.write_bytes(b"first")
+    first_mtime = source.stat().st_mtime_ns
+    cache = FileCache(str(tmp_path / "cache"), limit_bytes=limit, min_free_bytes=0, filesystem=VolumeFileSystem(),
+                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    hit = cache.hit_checker(str(root), ("a.bin",))
+    copy = cache.fetch(str(source), "a.bin", lambda: set())
+    assert hit(0) == copy
+    source.write_bytes(b"other")
+    os.utime(source, ns=(time.time_ns(), first_mtime + 10**9))
+    _fetch_in_another_process(cache, source, limit)  # replaces the stale copy with "other"
+    assert Path(copy).read_bytes() == b"other"
+    source.write_bytes(b"first")
+    os.utime(source, ns=(time.time_ns(), first_mtime))  # restored as it was: same size, same time
+    assert hit(0) is None  # the copy now holds "other": what this process remembered no longer stands
+    assert Path(cache.fetch(str(source), "a.bin", lambda: set())).read_bytes() == b"first"
