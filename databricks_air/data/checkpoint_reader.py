@@ -40,7 +40,8 @@ class UCVolumeReader(FileSystemReader):
     """``FileSystemReader`` for volume paths that verifies checksums and explains incomplete checkpoints."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *args: Any, verify: bool = True, **kwargs: Any) -> None:
-        """``verify=False`` skips the checksums (CRC-32 costs about one CPU-second per 700 MiB on a small VM)."""
+        """``verify=False`` skips the checksums (CRC-32 costs about one CPU-second per 25 GB with ISA-L, per 5 GB
+        with zlib, on one core of a small VM)."""
         super().__init__(path, *args, **kwargs)
         self.verify = verify
         self._manifest: Optional[Dict[str, Any]] = None

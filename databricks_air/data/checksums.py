@@ -6,8 +6,10 @@ of a file) without holding a whole file in memory. The checksums of a checkpoint
 always has its manifest. A checkpoint written by torch's own ``FileSystemWriter`` has no manifest and is read
 without checks.
 
-Hashing runs on a helper thread while the same bytes are written or read (``zlib.crc32`` and file I/O both
-release the GIL), so checking costs little time on top of the I/O.
+Hashing runs on a helper thread while the same bytes are written or read (CRC-32 and file I/O both release the
+GIL), so checking costs little time on top of the I/O. The CRC-32 is zlib's, computed by ISA-L (the ``isal``
+package) where it is installed: the same numbers, about 5 times faster (25 GB/s against 5 GB/s on one core of the
+2-vCPU VM), which keeps a load within reach of torch's reader, which checks nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import io
 import json
 import os
 import threading
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Set
 
 from databricks.air.data.errors import CorruptCheckpointError
+
+try:
+    from isal.isal_zlib import crc32
+except ImportError:  # no isal wheel for this machine: zlib's CRC-32 gives the same numbers, slower
+    from zlib import crc32
 
 BLOCK_SIZE = 4 * 1024 * 1024
 MANIFEST_VERSION = 1
@@ -65,7 +71,7 @@ class BlockChecksums:
         pending: List[Any] = []
         if self._filled:
             take = min(block_size - self._filled, size)
-            self._current = zlib.crc32(data[:take], self._current)
+            self._current = crc32(data[:take], self._current)
             self._filled += take
             offset = take
             if self._filled == block_size:
@@ -73,10 +79,10 @@ class BlockChecksums:
                 self._current, self._filled = 0, 0
         while size - offset >= block_size:
             block = data[offset:offset + block_size]
-            pending.append(pool.submit(zlib.crc32, block) if pool is not None else zlib.crc32(block))
+            pending.append(pool.submit(crc32, block) if pool is not None else crc32(block))
             offset += block_size
         if offset < size:
-            self._current = zlib.crc32(data[offset:], self._current)
+            self._current = crc32(data[offset:], self._current)
             self._filled += size - offset
         self.size += size
         return pending
@@ -199,7 +205,7 @@ class FileVerifier:
         block_size, size = self.record["block_size"], self.record["size"]
         begin = block * block_size
         want = min(block_size, size - begin)
-        if len(data) != want or zlib.crc32(data) != self.record["crc32"][block]:
+        if len(data) != want or crc32(data) != self.record["crc32"][block]:
             raise CorruptCheckpointError(
                 self.path,
                 f"checkpoint file {self.path} is corrupted: bytes {begin}-{begin + want - 1} do not match the "
