@@ -20,7 +20,8 @@ import io
 import os
 import pickle
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional, Union, cast
+from collections import deque
+from typing import IO, Any, Deque, Dict, List, Optional, Tuple, Union, cast
 
 import torch
 from torch.futures import Future
@@ -34,6 +35,8 @@ from databricks.air.data.checksums import FileVerifier, read_manifest
 from databricks.air.data.errors import CorruptCheckpointError, IncompleteCheckpointError
 
 __all__ = ["UCVolumeReader"]
+
+_HOLD_BYTES = 64 * 1024 * 1024  # how many bytes of loaded items may wait for the reads that complete their blocks
 
 
 class UCVolumeReader(FileSystemReader):
@@ -111,6 +114,11 @@ class UCVolumeReader(FileSystemReader):
         verifier = FileVerifier(path, record)
         verifier.check_size()
         items = sorted(items, key=lambda item: self.storage_data[item.storage_index].offset)
+        # A small item is committed once the items after it have been read up to the end of the block it ends in:
+        # that block usually holds the start of the next items too, and is then checked from what their reads
+        # hashed instead of being read a second time. At most _HOLD_BYTES of items wait.
+        held: Deque[Tuple[ReadItem, Any, int]] = deque()  # (item, payload, end of the block it ends in)
+        held_bytes = 0
         with open(path, "rb") as stream:
             for item in items:
                 info = self.storage_data[item.storage_index]
@@ -124,21 +132,38 @@ class UCVolumeReader(FileSystemReader):
                 except BaseException:
                     verifier.verify(info.offset, info.length)  # a damaged file explains a failed load best
                     raise
-                # Nothing reaches the state dict before every byte of the item has passed its check.
-                verifier.verify(info.offset, info.length)
-                if item.type == LoadItemType.BYTE_IO:
-                    payload.seek(0)
-                    planner.load_bytes(item, payload)
-                    continue
-                tensor = narrow_tensor_by_index(payload, item.storage_offsets, item.lengths)
-                target = planner.resolve_tensor(item).detach()
-                if target.size() != tensor.size():
-                    raise ValueError(
-                        f"checkpoint {self.path}: {item.storage_index.fqn} has shape {tuple(tensor.size())} in "
-                        f"{relative_path} but the state dict expects {tuple(target.size())}"
-                    )
-                target.copy_(tensor)
-                planner.commit_tensor(item, target)
+                read_up_to = info.offset + info.length
+                while held and (held[0][2] <= read_up_to or held_bytes + info.length > _HOLD_BYTES):
+                    earlier, earlier_payload, _ = held.popleft()
+                    held_bytes -= self.storage_data[earlier.storage_index].length
+                    self._commit(earlier, earlier_payload, planner, relative_path, verifier)
+                if info.length <= _HOLD_BYTES:
+                    held.append((item, payload, verifier.block_end(read_up_to)))
+                    held_bytes += info.length
+                else:
+                    self._commit(item, payload, planner, relative_path, verifier)
+        for earlier, earlier_payload, _ in held:
+            self._commit(earlier, earlier_payload, planner, relative_path, verifier)
+
+    def _commit(
+        self, item: ReadItem, payload: Any, planner: LoadPlanner, relative_path: str, verifier: FileVerifier
+    ) -> None:
+        """Hand a loaded item to the planner, once every byte of it has passed its check."""
+        info = self.storage_data[item.storage_index]
+        verifier.verify(info.offset, info.length)
+        if item.type == LoadItemType.BYTE_IO:
+            payload.seek(0)
+            planner.load_bytes(item, payload)
+            return
+        tensor = narrow_tensor_by_index(payload, item.storage_offsets, item.lengths)
+        target = planner.resolve_tensor(item).detach()
+        if target.size() != tensor.size():
+            raise ValueError(
+                f"checkpoint {self.path}: {item.storage_index.fqn} has shape {tuple(tensor.size())} in "
+                f"{relative_path} but the state dict expects {tuple(target.size())}"
+            )
+        target.copy_(tensor)
+        planner.commit_tensor(item, target)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, "os.PathLike[str]"]) -> bool:

@@ -90,9 +90,22 @@ def test_a_checkpoint_written_by_torch_loads_without_checksums(tmp_path: Path) -
 
 def test_checksums_are_computed_by_isal_where_it_is_installed() -> None:
     isal_zlib = pytest.importorskip("isal.isal_zlib")
-    from databricks.air.data import checksums
+    from databricks.air.data import crc
 
-    assert checksums.crc32 is isal_zlib.crc32  # zlib's numbers (checked below), 5 times faster
+    assert crc.crc32 is isal_zlib.crc32  # zlib's numbers (checked below), 5 times faster
+
+
+def test_combining_two_crcs_gives_the_crc_of_the_joined_bytes() -> None:
+    import random
+    import zlib
+
+    from databricks.air.data.crc import combine
+
+    chooser = random.Random(7)
+    for _ in range(200):
+        first = os.urandom(chooser.choice([0, 1, chooser.randrange(2, 70_000)]))
+        second = os.urandom(chooser.choice([0, 1, 3, chooser.randrange(4, 70_000), 4 * 1024 * 1024 - 1]))
+        assert combine(zlib.crc32(first), zlib.crc32(second), len(second)) == zlib.crc32(first + second)
 
 
 def test_block_checksums_do_not_depend_on_how_the_bytes_are_cut_or_hashed() -> None:
@@ -323,3 +336,66 @@ def test_a_forked_child_checksums_with_threads_of_its_own(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-c", FORKED_CHILD, str(tmp_path)], capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def _items(path: Path) -> Dict[str, Any]:
+    """Where each tensor's bytes lie in the checkpoint's data file: name -> (offset, length)."""
+    metadata = FileSystemReader(path).read_metadata()
+    return {index.fqn: (info.offset, info.length) for index, info in metadata.storage_data.items()}
+
+
+def _many_tensors() -> Dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    return {f"t{i}": torch.randn(768 * 1024) for i in range(8)}  # 3 MiB each: blocks straddle the items
+
+
+def test_a_load_reads_again_only_the_bytes_no_read_of_torch_covered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = _many_tensors()
+    dcp.save(state, storage_writer=UCVolumeWriter(tmp_path))
+    read_again = [0]
+    real_pread = os.pread
+
+    def counting(descriptor: int, length: int, offset: int) -> bytes:
+        data = real_pread(descriptor, length, offset)
+        read_again[0] += len(data)
+        return data
+
+    monkeypatch.setattr(os, "pread", counting)
+    loaded = {key: torch.zeros_like(value) for key, value in state.items()}
+    dcp.load(loaded, storage_reader=UCVolumeReader(tmp_path))
+    _assert_equal(loaded, state)
+    # Every block is checked; only zip headers and padding between the tensors are read a second time (reading
+    # each block that two tensors share again would be 6 of the 24 MiB).
+    assert read_again[0] < 64 * 1024, read_again[0]
+
+
+@pytest.mark.parametrize("where", ["before a block boundary", "after a block boundary", "end of an item",
+                                   "start of the next item", "inside an item", "last byte"])
+def test_damage_anywhere_fails_the_load_and_no_damaged_tensor_is_committed(tmp_path: Path, where: str) -> None:
+    from databricks.air.data.checksums import BLOCK_SIZE
+
+    state = _many_tensors()
+    dcp.save(state, storage_writer=UCVolumeWriter(tmp_path))
+    data = tmp_path / "__0_0.distcp"
+    items = _items(tmp_path)
+    first_end = sum(items["t0"])
+    offset = {
+        "before a block boundary": BLOCK_SIZE - 1,
+        "after a block boundary": BLOCK_SIZE,
+        "end of an item": first_end - 3,  # the tensor file's trailer, which torch reads first
+        "start of the next item": first_end + 3,  # the next tensor file's header
+        "inside an item": items["t5"][0] + items["t5"][1] // 2,
+        "last byte": data.stat().st_size - 1,
+    }[where]
+    _flip_byte(data, offset)
+    loaded = {key: torch.zeros_like(value) for key, value in state.items()}
+    with pytest.raises(CheckpointException) as caught:
+        dcp.load(loaded, storage_reader=UCVolumeReader(tmp_path))
+    failure = _failure(caught.value)
+    assert isinstance(failure, CorruptCheckpointError) and str(data) in str(failure)
+    for key, tensor in loaded.items():  # each tensor either arrived whole and right, or not at all
+        assert torch.equal(tensor, state[key]) or not tensor.any(), key
+    damaged = [key for key, (start, length) in items.items() if start <= offset < start + length]
+    assert damaged and not loaded[damaged[0]].any()
