@@ -11,7 +11,9 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
+from databricks.air.data.cache import FileCache
 from databricks.air.data.filesystem import VolumeFileSystem
+from databricks.air.data.retry import RetryPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +34,14 @@ def make_files(folder: Path, count: int, size: int = 16, prefix: str = "f") -> L
         (folder / name).write_bytes(index.to_bytes(4, "little") * max(size // 4, 0) + bytes(size % 4))
         names.append(name)
     return names
+
+
+def file_cache(
+    tmp_path: Path, filesystem: Optional[VolumeFileSystem] = None, limit_bytes: Optional[int] = None
+) -> FileCache:
+    """A :class:`FileCache` in ``tmp_path/cache``: no free-disk floor, one attempt per copy."""
+    return FileCache(str(tmp_path / "cache"), limit_bytes=limit_bytes, min_free_bytes=0,
+                     filesystem=filesystem or VolumeFileSystem(), retry=RetryPolicy(attempts=1, total_seconds=1.0))
 
 
 @pytest.fixture

@@ -17,9 +17,8 @@ from databricks.air.data import DataLoader, UCVolumeDataset, plan
 from databricks.air.data.cache import FileCache
 from databricks.air.data.filesystem import VolumeFileSystem
 from databricks.air.data.in_process import InProcessBatches
-from databricks.air.data.retry import RetryPolicy
 
-from .conftest import FlakyFileSystem, RemoteFileSystem
+from .conftest import FlakyFileSystem, RemoteFileSystem, file_cache
 
 
 def _batches(loader: DataLoader, epochs: int = 2) -> List[Any]:
@@ -97,16 +96,11 @@ def test_a_copy_is_byte_for_byte_the_source(tmp_path: Path, size: int) -> None:
     assert destination.read_bytes() == source.read_bytes()
 
 
-def _cache(tmp_path: Path, filesystem: VolumeFileSystem) -> FileCache:
-    return FileCache(str(tmp_path / "cache"), limit_bytes=None, min_free_bytes=0, filesystem=filesystem,
-                     retry=RetryPolicy(attempts=1, total_seconds=1.0))
-
-
 def test_a_cache_hit_is_a_fresh_copy_and_anything_else_is_a_miss(tmp_path: Path) -> None:
     root = tmp_path / "volume"
     root.mkdir()
     (root / "a.bin").write_bytes(b"first")
-    cache = _cache(tmp_path, VolumeFileSystem())
+    cache = file_cache(tmp_path)
     hit = cache.hit_checker(str(root), ("a.bin",))
     assert hit(0) is None  # not copied yet
     copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
@@ -133,7 +127,7 @@ def test_a_cache_hit_asks_the_volume_s_own_stat(tmp_path: Path) -> None:
             Counting.stats += 1
             return super().stat(path)
 
-    cache = _cache(tmp_path, Counting())
+    cache = file_cache(tmp_path, Counting())
     cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     before = Counting.stats
     assert cache.hit_checker(str(root), ("a.bin",))(0) is not None
@@ -182,7 +176,7 @@ def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
     root = tmp_path / "volume"
     root.mkdir()
     (root / "a.bin").write_bytes(b"data")
-    cache = _cache(tmp_path, VolumeFileSystem())
+    cache = file_cache(tmp_path)
     copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     looked: List[str] = []
     real_lstat = os.lstat
@@ -200,8 +194,7 @@ def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, li
     root.mkdir()
     for name in ("a.bin", "b.bin", "c.bin"):
         (root / name).write_bytes(bytes(400))
-    cache = FileCache(str(tmp_path / "cache"), limit_bytes=limit, min_free_bytes=0, filesystem=VolumeFileSystem(),
-                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    cache = file_cache(tmp_path, limit_bytes=limit)
     hit = cache.hit_checker(str(root), ("a.bin", "b.bin", "c.bin"))
     first = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     assert hit(0) == first and hit(0) == first  # found fresh, then remembered
@@ -222,8 +215,7 @@ def test_a_copy_replaced_by_another_process_is_checked_again(tmp_path: Path, lim
     source = root / "a.bin"
     source.write_bytes(b"first")
     first_mtime = source.stat().st_mtime_ns
-    cache = FileCache(str(tmp_path / "cache"), limit_bytes=limit, min_free_bytes=0, filesystem=VolumeFileSystem(),
-                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    cache = file_cache(tmp_path, limit_bytes=limit)
     hit = cache.hit_checker(str(root), ("a.bin",))
     copy = cache.fetch(str(source), "a.bin", lambda: set())
     assert hit(0) == copy

@@ -10,9 +10,9 @@ from typing import Iterator, List
 import pytest
 
 from databricks.air.data import staging
-from databricks.air.data.cache import FileCache
 from databricks.air.data.filesystem import VolumeFileSystem
-from databricks.air.data.retry import RetryPolicy
+
+from .conftest import file_cache
 
 UNNAMED_SUPPORTED = staging._O_TMPFILE is not None and os.path.isdir("/proc/self/fd")
 
@@ -104,8 +104,7 @@ def test_every_copy_of_a_cache_fill_goes_through_a_staged_file(tmp_path: Path, m
             super().copy(source, destination)
             seen.append(sorted(os.listdir(cache.files_dir)))
 
-    cache = FileCache(str(tmp_path / "cache"), limit_bytes=1024, min_free_bytes=0, filesystem=Looking(),
-                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    cache = file_cache(tmp_path, Looking(), limit_bytes=1024)
     copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     assert Path(copy).read_bytes() == b"data"
     assert seen[0] == ([] if mode == "unnamed" else [f".a.bin.{os.getpid()}.{staging.threading.get_ident()}.part"])
@@ -118,8 +117,7 @@ def test_a_cache_that_cannot_create_its_copy_says_so_and_gives_its_bytes_back(
     root = tmp_path / "volume"
     root.mkdir()
     (root / "a.bin").write_bytes(b"data")
-    cache = FileCache(str(tmp_path / "cache"), limit_bytes=1024, min_free_bytes=0, filesystem=VolumeFileSystem(),
-                      retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    cache = file_cache(tmp_path, limit_bytes=1024)
 
     def full(destination: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", os.path.dirname(destination))
