@@ -36,6 +36,15 @@ def make_files(folder: Path, count: int, size: int = 16, prefix: str = "f") -> L
     return names
 
 
+def volume_of(tmp_path: Path, contents: Dict[str, bytes]) -> Path:
+    """A folder ``tmp_path/volume`` holding files ``name -> bytes``."""
+    root = tmp_path / "volume"
+    root.mkdir()
+    for name, data in contents.items():
+        (root / name).write_bytes(data)
+    return root
+
+
 def file_cache(
     tmp_path: Path, filesystem: Optional[VolumeFileSystem] = None, limit_bytes: Optional[int] = None
 ) -> FileCache:

@@ -18,7 +18,7 @@ from databricks.air.data.cache import FileCache
 from databricks.air.data.filesystem import VolumeFileSystem
 from databricks.air.data.in_process import InProcessBatches
 
-from .conftest import FlakyFileSystem, RemoteFileSystem, file_cache
+from .conftest import FlakyFileSystem, RemoteFileSystem, file_cache, volume_of
 
 
 def _batches(loader: DataLoader, epochs: int = 2) -> List[Any]:
@@ -97,9 +97,7 @@ def test_a_copy_is_byte_for_byte_the_source(tmp_path: Path, size: int) -> None:
 
 
 def test_a_cache_hit_is_a_fresh_copy_and_anything_else_is_a_miss(tmp_path: Path) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    (root / "a.bin").write_bytes(b"first")
+    root = volume_of(tmp_path, {"a.bin": b"first"})
     cache = file_cache(tmp_path)
     hit = cache.hit_checker(str(root), ("a.bin",))
     assert hit(0) is None  # not copied yet
@@ -116,9 +114,7 @@ def test_a_cache_hit_is_a_fresh_copy_and_anything_else_is_a_miss(tmp_path: Path)
 
 
 def test_a_cache_hit_asks_the_volume_s_own_stat(tmp_path: Path) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    (root / "a.bin").write_bytes(b"data")
+    root = volume_of(tmp_path, {"a.bin": b"data"})
 
     class Counting(VolumeFileSystem):
         stats = 0
@@ -173,9 +169,7 @@ def _fetch_in_another_process(cache: FileCache, source: Path, limit: Any, min_fr
 def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    (root / "a.bin").write_bytes(b"data")
+    root = volume_of(tmp_path, {"a.bin": b"data"})
     cache = file_cache(tmp_path)
     copy = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     looked: List[str] = []
@@ -190,10 +184,7 @@ def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
 
 @pytest.mark.parametrize("limit", [None, 1000])
 def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, limit: Any) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    for name in ("a.bin", "b.bin", "c.bin"):
-        (root / name).write_bytes(bytes(400))
+    root = volume_of(tmp_path, {name: bytes(400) for name in ("a.bin", "b.bin", "c.bin")})
     cache = file_cache(tmp_path, limit_bytes=limit)
     hit = cache.hit_checker(str(root), ("a.bin", "b.bin", "c.bin"))
     first = cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
@@ -210,10 +201,8 @@ def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, li
 
 @pytest.mark.parametrize("limit", [None, 1000])
 def test_a_copy_replaced_by_another_process_is_checked_again(tmp_path: Path, limit: Any) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    source = root / "a.bin"
-    source.write_bytes(b"first")
+    source = volume_of(tmp_path, {"a.bin": b"first"}) / "a.bin"
+    root = source.parent
     first_mtime = source.stat().st_mtime_ns
     cache = file_cache(tmp_path, limit_bytes=limit)
     hit = cache.hit_checker(str(root), ("a.bin",))

@@ -12,7 +12,7 @@ import pytest
 from databricks.air.data import staging
 from databricks.air.data.filesystem import VolumeFileSystem
 
-from .conftest import file_cache
+from .conftest import file_cache, volume_of
 
 UNNAMED_SUPPORTED = staging._O_TMPFILE is not None and os.path.isdir("/proc/self/fd")
 
@@ -94,9 +94,7 @@ def test_the_probe_names_a_throwaway_file_and_removes_it(tmp_path: Path, monkeyp
 
 
 def test_every_copy_of_a_cache_fill_goes_through_a_staged_file(tmp_path: Path, mode: str) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    (root / "a.bin").write_bytes(b"data")
+    root = volume_of(tmp_path, {"a.bin": b"data"})
     seen: List[List[str]] = []
 
     class Looking(VolumeFileSystem):
@@ -114,9 +112,7 @@ def test_every_copy_of_a_cache_fill_goes_through_a_staged_file(tmp_path: Path, m
 def test_a_cache_that_cannot_create_its_copy_says_so_and_gives_its_bytes_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = tmp_path / "volume"
-    root.mkdir()
-    (root / "a.bin").write_bytes(b"data")
+    root = volume_of(tmp_path, {"a.bin": b"data"})
     cache = file_cache(tmp_path, limit_bytes=1024)
 
     def full(destination: str) -> None:
