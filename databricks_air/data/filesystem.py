@@ -31,7 +31,11 @@ class VolumeFileSystem:
         return os.stat(path)
 
     def copy(self, source: str, destination: str) -> None:
-        """Copy the bytes of file ``source`` into a new file ``destination``."""
+        """Copy the bytes of file ``source`` into ``destination``.
+
+        ``destination`` is a path to open for writing (truncating): a hidden temporary file, or on Linux an unnamed
+        file reached through ``/proc/self/fd/N``. Write there only; the cache gives the file its name afterwards.
+        """
         reader = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
         try:
             writer = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
