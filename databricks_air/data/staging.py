@@ -7,7 +7,9 @@ unnamed file takes it once. When many I/O threads fill one folder that lock is m
 temporaries, 90-320 us with unnamed ones). A process killed mid-copy leaves nothing behind at all.
 
 Where unnamed files are not available (another OS, a file system without them, no ``/proc``), the copy goes to a
-hidden ``.<name>.<pid>.<thread>.part`` next to the destination and is renamed into place.
+hidden ``.<name>.<pid>.<thread>.part`` next to the destination and is renamed into place. An unnamed file that
+cannot be given a name after all (a sandbox that refuses ``linkat`` through ``/proc``) is copied to such a hidden
+file, and unnamed files are not used again in that process.
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ class StagedFile:
         if self._fd is not None:
             self.path = f"/proc/self/fd/{self._fd}"  # opening this reopens the unnamed file itself
         else:
-            folder, name = os.path.split(destination)
-            self.path = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
+            self.path = _hidden_name(destination)
 
     def set_times(self, atime_ns: int, mtime_ns: int) -> None:
         """Set the file's access and modification times."""
@@ -49,25 +50,28 @@ class StagedFile:
 
     def link(self) -> bool:
         """Give the file its final name if that name is free; False (and nothing changed) if it is taken."""
+        if self._fd is not None:
+            try:
+                _link_unnamed(self._fd, self.destination)
+            except FileExistsError:
+                return False
+            except OSError:
+                self._become_named()  # this file system will not name an unnamed file: through a hidden one
+            else:
+                self._close()
+                return True
         try:
-            self._link_to(self.destination)
+            os.link(self.path, self.destination)
         except FileExistsError:
             return False
-        self._release()
+        _unlink_quietly(self.path)
         return True
 
     def replace(self) -> None:
         """Give the file its final name, atomically replacing the file there."""
         if self._fd is not None:
-            # An unnamed file cannot be renamed: name it first, then rename that name over the destination.
-            folder, name = os.path.split(self.destination)
-            named = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
-            _unlink_quietly(named)
-            self._link_to(named)
-            self._close()
-            os.replace(named, self.destination)
-        else:
-            os.replace(self.path, self.destination)
+            self._become_named()  # an unnamed file cannot be renamed over another
+        os.replace(self.path, self.destination)
 
     def discard(self) -> None:
         """Drop the file (a failed or unneeded copy)."""
@@ -76,20 +80,19 @@ class StagedFile:
         else:
             _unlink_quietly(self.path)
 
-    def _link_to(self, name: str) -> None:
-        if self._fd is not None:
-            # linkat(AT_SYMLINK_FOLLOW) on the /proc link is how an unnamed file gets a name; os.link only calls
-            # linkat (rather than link, which would link the /proc entry itself) when it is given a dir fd, which
-            # an absolute path then ignores.
-            os.link(self.path, name, src_dir_fd=self._fd, follow_symlinks=True)
-        else:
-            os.link(self.path, name)
-
-    def _release(self) -> None:
-        if self._fd is not None:
-            self._close()
-        else:
-            _unlink_quietly(self.path)
+    def _become_named(self) -> None:
+        """Give the unnamed file its hidden temporary name, by a link or else by copying its bytes."""
+        global _unnamed_available
+        assert self._fd is not None
+        named = _hidden_name(self.destination)
+        _unlink_quietly(named)
+        try:
+            _link_unnamed(self._fd, named)
+        except OSError:
+            _unnamed_available = False  # stop making files that cannot be named here
+            _copy_out(self._fd, named)
+        self._close()
+        self.path = named
 
     def _close(self) -> None:
         fd, self._fd = self._fd, None
@@ -97,12 +100,46 @@ class StagedFile:
             os.close(fd)
 
 
+def _hidden_name(destination: str) -> str:
+    folder, name = os.path.split(destination)
+    return os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
+
+
+def _link_unnamed(fd: int, name: str) -> None:
+    # linkat(AT_SYMLINK_FOLLOW) on the /proc link is how an unnamed file gets a name; os.link only calls linkat
+    # (rather than link, which would link the /proc entry itself) when it is given a dir fd, which an absolute
+    # path then ignores.
+    os.link(f"/proc/self/fd/{fd}", name, src_dir_fd=fd, follow_symlinks=True)
+
+
+def _copy_out(fd: int, name: str) -> None:
+    """Copy the unnamed file ``fd`` to a new file ``name``, with its times."""
+    info = os.fstat(fd)
+    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        offset = 0
+        while offset < info.st_size:
+            chunk = os.pread(fd, min(info.st_size - offset, 8 * 1024 * 1024), offset)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+            offset += len(chunk)
+        os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+    except BaseException:
+        os.close(out)
+        _unlink_quietly(name)
+        raise
+    os.close(out)
+
+
 def _open_unnamed(folder: str) -> Optional[int]:
     global _unnamed_available
     if _unnamed_available is False:
         return None
     try:
-        fd = os.open(folder, _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644)  # type: ignore[operator]
+        fd = os.open(folder, _O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)  # type: ignore[operator]
     except OSError as error:
         if error.errno not in _NO_TMPFILE or not os.path.isdir(folder):
             raise
@@ -120,7 +157,7 @@ def _can_link(fd: int, folder: str) -> bool:
     """Whether an unnamed file can be given a name here (a sandbox may allow the one and not the other)."""
     probe = os.path.join(folder, f".probe.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
     try:
-        os.link(f"/proc/self/fd/{fd}", probe, src_dir_fd=fd, follow_symlinks=True)
+        _link_unnamed(fd, probe)
     except OSError:
         return False
     _unlink_quietly(probe)

@@ -123,3 +123,33 @@ def test_a_cache_that_cannot_create_its_copy_says_so_and_gives_its_bytes_back(
         cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
     assert caught.value.errno == errno.ENOSPC
     assert cache.usage_bytes() == 0
+
+
+@pytest.mark.parametrize("finish", ["link", "replace"])
+def test_an_unnamed_file_that_cannot_be_named_is_copied_to_a_hidden_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finish: str
+) -> None:
+    if not UNNAMED_SUPPORTED:
+        pytest.skip("no O_TMPFILE here")
+    monkeypatch.setattr(staging, "_unnamed_available", True)
+    destination = tmp_path / "a.bin"
+    if finish == "replace":
+        destination.write_bytes(b"old")
+    staged = staging.StagedFile(str(destination))
+    assert staged.path.startswith("/proc/self/fd/")
+    payload = os.urandom(3 * 1024 * 1024 + 5)
+    _write(staged.path, payload)
+    staged.set_times(1_000_000_000, 2_000_000_000)
+
+    def refused(fd: int, name: str) -> None:  # as where linkat through /proc is not allowed
+        raise PermissionError(errno.EPERM, "Operation not permitted", name)
+
+    monkeypatch.setattr(staging, "_link_unnamed", refused)
+    if finish == "link":
+        assert staged.link()
+    else:
+        staged.replace()
+    assert destination.read_bytes() == payload
+    assert os.stat(destination).st_mtime_ns == 2_000_000_000
+    assert os.listdir(tmp_path) == ["a.bin"]
+    assert staging._unnamed_available is False  # the next copies go through hidden files from the start
