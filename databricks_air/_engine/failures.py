@@ -12,15 +12,20 @@ import linecache
 import pickle
 import re
 import signal
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from databricks.air._engine.output import log_tail
 from databricks.air.exceptions import (
     DistributedExecutionError,
+    LocalExecutionTimeoutError,
     RankExitError,
     SerializationError,
     combine_with_rank_exception,
 )
+
+if TYPE_CHECKING:
+    from databricks.air._engine.launch import Launch
+    from databricks.air._engine.supervision import Supervisor
 
 
 @dataclasses.dataclass
@@ -139,6 +144,22 @@ def restore_code_files(traceback_text: str, code_files: Dict[str, str]) -> str:
         if source:
             lines.append(f"{indent}  {source}")
     return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
+
+
+def results_or_error(outcomes: Iterable[RankOutcome], launch: "Launch", supervisor: "Supervisor") -> List[Any]:
+    """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
+    interrupt, then the timeout. Shared by local and Ray calls."""
+    ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
+    if any(o.failed_on_its_own for o in ordered):
+        raise build_error(ordered, launch.name, launch.log_dir, launch.code_files, launch.hints)
+    if supervisor.interrupted:
+        raise KeyboardInterrupt
+    if supervisor.timed_out:
+        raise LocalExecutionTimeoutError(
+            f"{launch.name} did not finish within its timeout of {launch.timeout:g} s, so all {len(ordered)} ranks "
+            f"were stopped. {launch.timeout_note}Every rank's output is in {launch.log_dir}"
+        )
+    return [o.record["value"] for o in ordered]  # type: ignore[index]
 
 
 def build_error(

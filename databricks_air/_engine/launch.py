@@ -28,14 +28,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from databricks.air._engine import rank_server_handle
 from databricks.air._engine.call_files import CallFiles, RankSetup
-from databricks.air._engine.failures import RankOutcome, build_error
+from databricks.air._engine.failures import RankOutcome, results_or_error
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.rank_server import kill_group
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.supervision import Supervisor
 from databricks.air._engine.values import read_value_file
 from databricks.air.exceptions import (
-    LocalExecutionTimeoutError,
     OutputCollectionError,
     RuntimeConfigurationError,
     WorkloadCreationError,
@@ -315,20 +314,7 @@ class _Call:
     # --- ending --------------------------------------------------------------------------------------------------
 
     def results(self) -> List[Any]:
-        ordered = sorted(self.outcomes.values(), key=lambda o: o.rank)
-        if any(o.failed_on_its_own for o in ordered):
-            raise build_error(
-                ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
-            )
-        if self.supervisor.interrupted:
-            raise KeyboardInterrupt
-        if self.supervisor.timed_out:
-            raise LocalExecutionTimeoutError(
-                f"{self.launch.name} did not finish within its timeout of {self.launch.timeout:g} s, so all "
-                f"{self.launch.world_size} ranks were stopped. {self.launch.timeout_note}"
-                f"Every rank's output is in {self.launch.log_dir}"
-            )
-        return [o.record["value"] for o in ordered]  # type: ignore[index]
+        return results_or_error(self.outcomes.values(), self.launch, self.supervisor)
 
     def close(self) -> None:
         """Make sure nothing of this call survives, whatever happened."""

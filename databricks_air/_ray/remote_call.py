@@ -25,7 +25,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from databricks.air._engine.call_files import CallFiles
-from databricks.air._engine.failures import RankOutcome, build_error
+from databricks.air._engine.failures import RankOutcome, results_or_error
 from databricks.air._engine.launch import Launch, job_environ
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.supervision import Supervisor
@@ -284,20 +284,7 @@ class _RemoteCall:
     # --- ending --------------------------------------------------------------------------------------------------
 
     def results(self) -> List[Any]:
-        ordered = [self.outcomes[rank] for rank in sorted(self.outcomes)]
-        if any(o.failed_on_its_own for o in ordered):
-            raise build_error(
-                ordered, self.launch.name, self.launch.log_dir, self.launch.code_files, self.launch.hints
-            )
-        if self.supervisor.interrupted:
-            raise KeyboardInterrupt
-        if self.supervisor.timed_out:
-            raise LocalExecutionTimeoutError(
-                f"{self.launch.name} did not finish within its timeout of {self.launch.timeout:g} s, so all "
-                f"{len(ordered)} ranks were stopped. {self.launch.timeout_note}"
-                f"Every rank's output is in {self.launch.log_dir}"
-            )
-        return [o.record["value"] for o in ordered]  # type: ignore[index]
+        return results_or_error(self.outcomes.values(), self.launch, self.supervisor)
 
     def close(self) -> None:
         """Make sure nothing of this call survives on the cluster, whatever happened."""
