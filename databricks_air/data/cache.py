@@ -10,7 +10,7 @@ copies in progress); the next 8 count the times a copy was removed or replaced (
   mid-way leaves at most a hidden temporary file, and the whole workspace is reclaimed once its owner is gone.
 * A copy keeps the source's size and modification time; a copy whose source no longer matches is fetched again.
 * Each process remembers which copies it found fresh, for as long as the generation does not change: a warm epoch
-  then checks each file with one ``stat`` of the source instead of two calls (16 bytes per listed file).
+  then checks each file with one ``stat`` of the source instead of two calls (24 bytes per listed file).
 * Before a copy starts, older copies are evicted (oldest first, by the time they were copied, kept as their access
   time) until the new one fits under ``limit_bytes`` and leaves ``min_free_bytes`` free on the disk. Files that the
   caller says are pinned (positions that are in flight between the workers and the training loop) are never
@@ -138,6 +138,7 @@ class FileCache:
         sources = root.rstrip("/") + "/"
         copies = self._files_prefix
         fresh = self._fresh_copies(files)
+        generations, sizes, mtimes = fresh.generations, fresh.sizes, fresh.mtimes
         counters = self._process_state()["counters"]
         generation_at = _GENERATION.unpack_from
 
@@ -147,19 +148,19 @@ class FileCache:
                 info = stat(sources + relative)
             except OSError:
                 return None
-            generation = generation_at(counters, 8)[0]
-            if generation == fresh.generation:
-                if fresh.mtimes[index] == info.st_mtime_ns and fresh.sizes[index] == info.st_size:
-                    return copies + relative
-            else:
-                fresh.forget(generation)  # read before the lstat below: a removal after it changes it again
+            generation = generation_at(counters, 8)[0]  # read before the lstat: a removal after it changes it again
+            if (
+                generations[index] == generation
+                and mtimes[index] == info.st_mtime_ns
+                and sizes[index] == info.st_size
+            ):
+                return copies + relative
             try:
                 cached = lstat(copies + relative)  # a copy is a regular file this cache made: nothing to follow
             except OSError:
                 return None
             if cached.st_mtime_ns == info.st_mtime_ns and cached.st_size == info.st_size:
-                fresh.sizes[index] = info.st_size
-                fresh.mtimes[index] = info.st_mtime_ns
+                generations[index], sizes[index], mtimes[index] = generation, info.st_size, info.st_mtime_ns
                 return copies + relative
             return None
 
@@ -343,18 +344,15 @@ class FileCache:
 
 class _FreshCopies:
     """What one process knows to be fresh: the source size and modification time that file ``files[i]``'s copy
-    matched when last checked, while the cache's generation is :attr:`generation` (size -1: not known)."""
+    matched when last checked, and the cache's generation then (-1: never checked). An entry holds only while the
+    generation is unchanged; a new generation makes every entry stale at once, without touching them."""
 
     def __init__(self, files: Sequence[str]) -> None:
         self.files = files
-        self.generation: Optional[int] = None
-        self.sizes = self.mtimes = array("q")
-
-    def forget(self, generation: int) -> None:
-        count = len(self.files)
-        self.sizes = array("q", [-1]) * count
+        count = len(files)
+        self.generations = array("q", [-1]) * count
+        self.sizes = array("q", [0]) * count
         self.mtimes = array("q", [0]) * count
-        self.generation = generation
 
 
 class _CacheLock:

@@ -180,6 +180,10 @@ def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
     assert [hit(0), hit(0), hit(0)] == [copy] * 3
     assert cache.hit_checker(str(root), files)(0) == copy  # the next pass remembers too
     assert looked == [copy]
+    with cache._locked() as fd:
+        cache._bump_generation(fd)  # as after an eviction anywhere
+    assert [hit(0), hit(0)] == [copy] * 2
+    assert looked == [copy, copy]  # looked at once more, then remembered again
 
 
 @pytest.mark.parametrize("limit", [None, 1000])
