@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from docs_blocks import read_page
+from process_helpers import run_or_show_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "data.md"
@@ -34,8 +35,8 @@ def test_the_data_page_examples_run_on_two_cpu_ranks(tmp_path: Path) -> None:
                if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_"))}
     environ.update(DATABRICKS_AIR_ACCELERATOR_TYPE="CPU", DATABRICKS_AIR_MLFLOW="0",
                    DATABRICKS_AIR_LOG_DIR=str(tmp_path / "logs"))
-    done = subprocess.run([sys.executable, str(RUNNER), str(spec)], cwd=work, env=environ,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    done = run_or_show_stacks([sys.executable, str(RUNNER), str(spec)], cwd=work, env=environ,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-8000:]
     assert "[17, 17] [9, 9]" in done.stdout
     assert "'.checksums.json', '.metadata', '__0_0.distcp'" in done.stdout
