@@ -63,7 +63,11 @@ def run_or_show_stacks(args: Sequence[str], *, timeout: float, **popen: Any) -> 
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             stacks = _stacks_of_tree(process.pid)
-            for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                children = psutil.Process(process.pid).children(recursive=True)
+            except psutil.NoSuchProcess:  # it ended just now; its children, if any, die with their parent
+                children = []
+            for child in children:
                 try:
                     child.kill()
                 except psutil.NoSuchProcess:
