@@ -8,11 +8,16 @@ for it keep working. Our additions:
   ``except ValueError`` and ``except RuntimeError`` catch a ``ValueError`` raised in a rank.
 * :class:`RankExitError`, describing a rank that died or exited without returning a value.
 * :class:`LocalExecutionTimeoutError` is also a built-in :class:`TimeoutError`.
+
+Every class keeps its class, message and attributes through ``pickle`` (see :mod:`databricks.air._rebuildable`),
+so an error raised in a rank, a Ray actor or a DataLoader worker arrives whole.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
+
+from databricks.air._rebuildable import RebuildableError
 
 __all__ = [
     "ServerlessGpuException",
@@ -135,21 +140,23 @@ class CurlDownloadTimeoutError(EnvironmentDownloadError):
     """Downloading the Python environment timed out."""
 
 
-class RankExitError(RuntimeError):
+class RankExitError(RebuildableError, RuntimeError):
     """A rank process ended without returning a value: killed by a signal, or exited on its own.
 
     Attributes:
-        rank: the global rank.
-        exit_code: the process status as :mod:`subprocess` reports it (negative for a signal).
+        message: what happened.
+        rank: the global rank (``None`` when rebuilt from its text alone).
+        exit_code: the process status as :mod:`subprocess` reports it (negative for a signal; ``None``: unknown).
     """
 
-    def __init__(self, message: str, *, rank: int, exit_code: Optional[int]) -> None:
+    def __init__(self, message: str, *, rank: Optional[int] = None, exit_code: Optional[int] = None) -> None:
         super().__init__(message)
+        self.message = message
         self.rank = rank
         self.exit_code = exit_code
 
 
-class DistributedExecutionError(RuntimeError):
+class DistributedExecutionError(RebuildableError, RuntimeError):
     """One or more ranks failed.
 
     The instance raised by ``.distributed(...)`` is usually *also* an instance of the root-cause rank's own
@@ -187,13 +194,13 @@ class DistributedExecutionError(RuntimeError):
     def __str__(self) -> str:
         return self._report
 
-    def __reduce__(self) -> Any:
+    def _pickled_class(self) -> type:
         # A combined class (ValueError + DistributedExecutionError) is made at run time and cannot be pickled by
-        # reference; pickling yields a plain DistributedExecutionError with the same report.
-        return (
-            _rebuild_plain,
-            (self._report, self.rank, dict(self.failures), dict(self.exit_codes), self.remote_traceback, self.log_dir),
-        )
+        # reference; pickling yields a plain DistributedExecutionError with the same report and attributes.
+        return DistributedExecutionError
+
+    def _constructor_argument(self, name: str) -> Any:
+        return self._report if name == "message" else super()._constructor_argument(name)
 
 
 def _set_report(
@@ -211,24 +218,6 @@ def _set_report(
     error.exit_codes = dict(exit_codes or {})  # type: ignore[attr-defined]
     error.remote_traceback = remote_traceback  # type: ignore[attr-defined]
     error.log_dir = log_dir  # type: ignore[attr-defined]
-
-
-def _rebuild_plain(
-    message: str,
-    rank: Optional[int],
-    failures: Mapping[int, BaseException],
-    exit_codes: Mapping[int, Optional[int]],
-    remote_traceback: Optional[str],
-    log_dir: Optional[str],
-) -> DistributedExecutionError:
-    return DistributedExecutionError(
-        message,
-        rank=rank,
-        failures=failures,
-        exit_codes=exit_codes,
-        remote_traceback=remote_traceback,
-        log_dir=log_dir,
-    )
 
 
 def combine_with_rank_exception(
@@ -260,7 +249,7 @@ def combine_with_rank_exception(
                 "__module__": original_type.__module__,
                 "__qualname__": original_type.__qualname__,
                 "__str__": DistributedExecutionError.__str__,
-                "__reduce__": DistributedExecutionError.__reduce__,
+                "__reduce__": RebuildableError.__reduce__,  # not the original class's: see _pickled_class
                 "__init__": _keep_init,
             },
         )

@@ -66,6 +66,25 @@ def test_custom_exception_classes_with_their_attributes() -> None:
     assert isinstance(caught.value, DistributedExecutionError)
 
 
+class CannotBeRebuilt(Exception):
+    """A user's class whose constructor does not fit its ``args``: unpickling it raises TypeError."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"error {code}: {detail}")
+
+
+def test_a_user_exception_that_cannot_be_rebuilt_arrives_as_a_plain_error() -> None:
+    def fail() -> None:
+        raise CannotBeRebuilt(7, "the detail")
+
+    with pytest.raises(DistributedExecutionError) as caught:
+        cpu2(fail).distributed()
+    assert type(caught.value) is DistributedExecutionError
+    assert "CannotBeRebuilt: error 7: the detail" in str(caught.value)
+    assert 'raise CannotBeRebuilt(7, "the detail")' in caught.value.remote_traceback
+    assert caught.value.rank in (0, 1) and isinstance(caught.value.failures[caught.value.rank], DistributedExecutionError)
+
+
 def test_an_exception_class_the_caller_cannot_import_becomes_a_plain_error(tmp_path: Path) -> None:
     module_dir = tmp_path / "rank_only"
     module_dir.mkdir()

@@ -193,9 +193,9 @@ class FileCache:
             return call_with_retries(lambda: self.filesystem.stat(source), f"stat {source}", self.retry)
         except FileNotFoundError:
             raise DataFileVanishedError(
-                source,
                 f"{source} was listed when the dataset was built but is gone now (deleted or renamed during the "
                 "epoch?). Build the dataset again to list the folder as it is now.",
+                path=source,
             ) from None
         except OSError as error:
             raise _read_error(source, "stat", error) from error
@@ -238,8 +238,9 @@ class FileCache:
                     raise self._cannot_write(source, error) from error
             if isinstance(error, FileNotFoundError):
                 raise DataFileVanishedError(
-                    source, f"{source} disappeared while it was being copied (deleted or renamed during the epoch?). "
-                    "Build the dataset again to list the folder as it is now."
+                    f"{source} disappeared while it was being copied (deleted or renamed during the epoch?). "
+                    "Build the dataset again to list the folder as it is now.",
+                    path=source,
                 ) from None
             raise _read_error(source, "copy", error) from error
         if counted:
@@ -374,7 +375,7 @@ class _CacheLock:
 def _read_error(source: str, operation: str, error: OSError) -> DataFileError:
     if isinstance(error, PermissionError):
         return DataFilePermissionError(
-            source, f"cannot {operation} {source}: {error}. Check that this user may read the file."
+            f"cannot {operation} {source}: {error}. Check that this user may read the file.", path=source
         )
     attempts = getattr(error, "attempts", 1)
     seconds = getattr(error, "seconds", 0.0)
@@ -383,4 +384,4 @@ def _read_error(source: str, operation: str, error: OSError) -> DataFileError:
         " The volume may be unavailable; retries= and retry_seconds= set how long to keep trying, and "
         "on_error='skip' skips files that cannot be read."
     )
-    return DataFileError(source, f"cannot {operation} {source}{tried}: {error}.{hint}")
+    return DataFileError(f"cannot {operation} {source}{tried}: {error}.{hint}", path=source)

@@ -55,26 +55,26 @@ class UCVolumeReader(FileSystemReader):
         metadata_path = Path(self._get_metadata_path(rank))
         if not folder.is_dir():
             raise IncompleteCheckpointError(
-                str(folder), f"no checkpoint at {folder}: the folder does not exist (or is not a folder)"
+                f"no checkpoint at {folder}: the folder does not exist (or is not a folder)", path=str(folder)
             )
         if not metadata_path.exists() and rank is not None:
             raise IncompleteCheckpointError(
-                str(folder),
                 f"no {metadata_path.name} in {folder} either (only saves with use_collectives=False write one)",
+                path=str(folder),
             )
         if not metadata_path.exists():
             raise IncompleteCheckpointError(
-                str(folder),
                 f"incomplete checkpoint at {folder}: {metadata_path.name} missing. Its save did not finish (or "
                 "this folder is not a checkpoint); load an earlier checkpoint.",
+                path=str(folder),
             )
         try:
             return super().read_metadata(*args, **kwargs)
         except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as error:
             raise CorruptCheckpointError(
-                str(metadata_path),
                 f"checkpoint metadata {metadata_path} is unreadable (truncated or damaged): {error}. Load an "
                 "earlier checkpoint.",
+                path=str(metadata_path),
             ) from error
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -86,9 +86,9 @@ class UCVolumeReader(FileSystemReader):
             save_id = getattr(metadata.storage_meta, "save_id", None)
             if save_id is not None and manifest.get("save_id") != save_id:
                 raise CorruptCheckpointError(
-                    str(manifest_path),
                     f"{manifest_path} belongs to another save than {Path(self.path) / '.metadata'}: the folder "
                     "mixes two saves. Load an earlier checkpoint.",
+                    path=str(manifest_path),
                 )
         self._manifest = manifest
 
@@ -109,7 +109,7 @@ class UCVolumeReader(FileSystemReader):
         record = self._manifest["files"].get(relative_path) if self._manifest else None
         if record is None:
             raise CorruptCheckpointError(
-                path, f"{path} is not in the checkpoint's checksum manifest: the folder mixes two saves"
+                f"{path} is not in the checkpoint's checksum manifest: the folder mixes two saves", path=path
             )
         verifier = FileVerifier(path, record)
         verifier.check_size()

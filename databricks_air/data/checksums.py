@@ -159,9 +159,9 @@ class FileVerifier:
         actual = os.stat(self.path).st_size
         if actual != self.record["size"]:
             raise CorruptCheckpointError(
-                self.path,
                 f"checkpoint file {self.path} has {actual} bytes but {self.record['size']} were written (truncated "
                 "or replaced). Load an earlier checkpoint, or save again.",
+                path=self.path,
             )
 
     def block_end(self, offset: int) -> int:
@@ -243,9 +243,9 @@ class FileVerifier:
         want = min(block_size, size - begin)
         if length != want or crc != self.record["crc32"][block]:
             raise CorruptCheckpointError(
-                self.path,
                 f"checkpoint file {self.path} is corrupted: bytes {begin}-{begin + want - 1} do not match the "
                 "checksum recorded when it was saved. Load an earlier checkpoint, or save again.",
+                path=self.path,
                 offset=begin,
             )
         with self._lock:
@@ -270,7 +270,7 @@ def read_manifest(path: str) -> Optional[Dict[str, Any]]:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        raise CorruptCheckpointError(path, f"checksum manifest {path} is unreadable: {error}") from error
+        raise CorruptCheckpointError(f"checksum manifest {path} is unreadable: {error}", path=path) from error
     if not isinstance(document, dict) or document.get("version") != MANIFEST_VERSION:
-        raise CorruptCheckpointError(path, f"checksum manifest {path} has an unknown format")
+        raise CorruptCheckpointError(f"checksum manifest {path} has an unknown format", path=path)
     return document

@@ -4,12 +4,17 @@ The reference raises :class:`ValueError` for a path that is missing or not a fol
 dataset that cannot be checkpointed, and :class:`RuntimeError` when a file cannot be read after its retries. Each
 class here keeps that base, so ``except`` clauses written for the reference still catch it, and adds the precise
 built-in class a Python user expects (a missing folder is also a :class:`FileNotFoundError`).
+
+Every error keeps its class, message and attributes across processes (DataLoader workers, DCP's gathers, ranks,
+Ray): see :mod:`databricks.air._rebuildable`.
 """
 
 from __future__ import annotations
 
 import errno
 from typing import Optional
+
+from databricks.air._rebuildable import RebuildableError
 
 __all__ = [
     "DataPathNotFoundError",
@@ -25,34 +30,44 @@ __all__ = [
 ]
 
 
-class DataPathNotFoundError(FileNotFoundError, ValueError):
+class DataPathNotFoundError(RebuildableError, FileNotFoundError, ValueError):
     """The dataset's folder does not exist."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
         super().__init__(errno.ENOENT, message, path)
+        self.message = message
+        self.path = path
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.message
 
 
-class DataPathNotADirectoryError(NotADirectoryError, ValueError):
+class DataPathNotADirectoryError(RebuildableError, NotADirectoryError, ValueError):
     """The dataset's path is a file, not a folder."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
         super().__init__(errno.ENOTDIR, message, path)
+        self.message = message
+        self.path = path
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.message
 
 
 class EmptyDatasetError(ValueError):
     """The folder holds no file that the dataset would yield."""
 
 
-class DataFileError(RuntimeError):
-    """A file of the dataset could not be read, after its retries where the error was worth retrying."""
+class DataFileError(RebuildableError, RuntimeError):
+    """A file of the dataset could not be read, after its retries where the error was worth retrying.
 
-    def __init__(self, path: str, message: str) -> None:
+    Attributes:
+        path: the file (``None`` when the error was rebuilt from its text alone, as torch's DataLoader does with
+            a worker's exception: the message still names the file).
+        message: what happened and what to do.
+    """
+
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
         super().__init__(message)
         self.path = path
         self.message = message
@@ -64,8 +79,8 @@ class DataFileError(RuntimeError):
 class DataFileVanishedError(DataFileError, FileNotFoundError):
     """A file that was listed when the dataset was built is gone when it is read."""
 
-    def __init__(self, path: str, message: str) -> None:
-        DataFileError.__init__(self, path, message)
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
+        DataFileError.__init__(self, message, path=path)
         self.errno = errno.ENOENT
         self.filename = path
 
@@ -73,8 +88,8 @@ class DataFileVanishedError(DataFileError, FileNotFoundError):
 class DataFilePermissionError(DataFileError, PermissionError):
     """A file of the dataset may not be read by this user (never retried)."""
 
-    def __init__(self, path: str, message: str) -> None:
-        DataFileError.__init__(self, path, message)
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
+        DataFileError.__init__(self, message, path=path)
         self.errno = errno.EACCES
         self.filename = path
 
@@ -87,20 +102,32 @@ class StateMismatchError(ValueError):
     """A saved state does not fit this dataset or loader (another folder, another world size, another rank)."""
 
 
-class IncompleteCheckpointError(FileNotFoundError):
+class IncompleteCheckpointError(RebuildableError, FileNotFoundError):
     """A checkpoint directory has no ``.metadata``: its save did not finish, or it is not a checkpoint."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
         super().__init__(errno.ENOENT, message, path)
+        self.message = message
+        self.path = path
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.message
 
 
-class CorruptCheckpointError(ValueError):
-    """A checkpoint file's bytes do not match the checksums recorded when it was saved."""
+class CorruptCheckpointError(RebuildableError, ValueError):
+    """A checkpoint file's bytes do not match the checksums recorded when it was saved.
 
-    def __init__(self, path: str, message: str, offset: Optional[int] = None) -> None:
+    Attributes:
+        path: the damaged file (``None`` when rebuilt from its text alone).
+        message: what happened and what to do.
+        offset: the first byte of the block that failed its check, where one did.
+    """
+
+    def __init__(self, message: str, *, path: Optional[str] = None, offset: Optional[int] = None) -> None:
         super().__init__(message)
+        self.message = message
         self.path = path
         self.offset = offset
+
+    def __str__(self) -> str:
+        return self.message

@@ -146,7 +146,7 @@ def _skipping(
     if waiting:
         first = listing.path(share[waiting[0]])
         raise DataFileError(
-            first,
             f"none of this worker's {len(waiting)} remaining files could be read (first: {first}); "
             "on_error='skip' has no file left to fill their slots",
+            path=first,
         )

@@ -89,16 +89,16 @@ def list_folder(
         info = call_with_retries(lambda: filesystem.stat(root), f"stat {root}", retry)
     except FileNotFoundError:
         raise DataPathNotFoundError(
-            root,
             f"UCVolumeDataset: {root} does not exist. Check the path; a Unity Catalog volume is mounted at "
             "/Volumes/<catalog>/<schema>/<volume>/, and any local or mounted folder works too.",
+            path=root,
         ) from None
     if not stat_module.S_ISDIR(info.st_mode):
         name = os.path.basename(root)
         raise DataPathNotADirectoryError(
-            root,
             f"UCVolumeDataset: {root} is a file, not a folder. Pass the folder that holds it, with "
             f"include=[{name!r}] to yield only this file.",
+            path=root,
         )
 
     skip = {os.path.realpath(d) for d in skip_dirs}
