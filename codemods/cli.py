@@ -107,7 +107,7 @@ def _run(
         problem = mode.deliver(result)
         if problem is not None:
             result.error = "; ".join(filter(None, (result.error, f"not written: {problem}")))
-        if result.error is not None:
+        if result.unreported_error is not None:  # (a script that does not parse has its report line)
             report_stream.flush()
             sys.stderr.write(report.error_line(result.path, result.error, error_palette) + "\n")
         tally.add(result)

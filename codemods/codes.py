@@ -18,7 +18,9 @@ EXTRA_CODES: Dict[str, str] = {
     "AM106": "reported: a GPU type string that is not an old model name as written",
     "AM107": "reported: a computed GPU type string",
     "AM901": "reported: a notebook cell skipped (a non-Python cell magic, a multi-line magic)",
-    "AM902": "reported: a cell that is not valid Python (e.g. a bare `pip install` line) is skipped",
+    "AM902": "reported: a notebook cell that does not parse is skipped (a bare shell or magic line such as "
+             "`pip install`, or a syntax error, with the parser's message)",
+    "AM903": "error: a plain script that does not parse (with the parser's message) is left as it is; exit code 3",
     **TORCH_DISTRIBUTOR_CODES,
 }
 
