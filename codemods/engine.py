@@ -5,14 +5,14 @@ The driver knows nothing of individual rules. For one file it:
 1. skips it unless its bytes mention a trigger word (:func:`air_migrate.cell_context.mentions_any`);
 2. splits it into cells (:mod:`air_migrate.sources`) and lets the line rules look at the raw lines of each code cell
    (``%pip``, ``%run``, ``# MAGIC`` lines);
-3. lets each rule scan the whole file first (:meth:`~air_migrate.rules.base.Rule.scan_file`: a rewrite that spans
+3. lets each rule scan the whole file first (:meth:`~air_migrate.rule_base.Rule.scan_file`: a rewrite that spans
    cells asks for the cells it needs), then parses each Python cell that mentions a trigger word or that a rule
    asked for, with the imports of the earlier cells before it so that names resolve across cells in order
    (:mod:`air_migrate.cell_context`); a notebook cell that does not parse is reported and skipped while the
    others are migrated, and a plain script that does not parse is a file that failed
    (:mod:`air_migrate.syntax_errors` says why, in Python's words);
 4. lets every rule survey every parsed cell, then runs all rules over each cell in one traversal, so positions are
-   those of the input (:mod:`air_migrate.rules.cell_pass`);
+   those of the input (:mod:`air_migrate.cell_pass`);
 5. checks that every changed cell still parses (libcst and :mod:`ast`) and renders the file.
 
 By default a file with a blocking finding keeps its code as it is, since half a migration breaks on both runtimes
@@ -33,8 +33,8 @@ import libcst
 
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate.results import FileResult, Record
-from air_migrate.rules.base import AnyRule, CellContext, FileOptions, LineRule, Rule
-from air_migrate.rules.cell_pass import CellOutcome, PreparedCell
+from air_migrate.rule_base import AnyRule, CellContext, FileOptions, LineRule, Rule
+from air_migrate.cell_pass import CellOutcome, PreparedCell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
 
