@@ -52,19 +52,20 @@ def describe(text: str, error: libcst.ParserSyntaxError, lines_before: int = 0) 
 
     ``error`` is libcst's, for ``text`` with ``lines_before`` lines of other code before it.
     """
+    line, column = libcst_position(error)
+    line = max(line - lines_before, 1)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an invalid escape sequence is not what the report is about
             ast.parse(text)
     except SyntaxError as python_error:
-        if python_error.lineno is not None:
-            return SyntaxProblem(python_error.lineno, max(python_error.offset or 1, 1), python_error.msg)
-    except ValueError as python_error:  # a null byte
-        line, column = libcst_position(error)
-        return SyntaxProblem(max(line - lines_before, 1), column, str(python_error))
-    line, column = libcst_position(error)
+        if python_error.lineno is None:  # (a null byte, on some versions): libcst's position, Python's words
+            return SyntaxProblem(line, column, python_error.msg)
+        return SyntaxProblem(python_error.lineno, max(python_error.offset or 1, 1), python_error.msg)
+    except ValueError as python_error:  # a null byte, on other versions
+        return SyntaxProblem(line, column, str(python_error))
     said = " ".join(error.message.split())
-    return SyntaxProblem(max(line - lines_before, 1), column, f"libcst cannot parse it ({said})")
+    return SyntaxProblem(line, column, f"libcst cannot parse it ({said})")
 
 
 def looks_like_shell(line: str) -> bool:
