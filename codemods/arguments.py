@@ -26,7 +26,8 @@ report:
   (what editors show; "cell N" then names the notebook cell, counting every cell), and the line within the cell for
   Jupyter notebooks (.ipynb). Severities: change (rewritten), review (rewritten, a person should check it), manual
   (not rewritten, needs a person; the rest of the file is still migrated), blocking (not rewritten, and the file is
-  left unchanged unless --partial, since half a migration breaks on both runtimes).
+  left unchanged unless --partial, since half a migration breaks on both runtimes), error (the file could not be
+  processed: a plain script that does not parse, with the parser's message; it is left as it is, see exit code 3).
   Report lines go to standard output, except with --diff or "-" (then to standard error, so that standard output
   holds only the diff or the code). A closing summary always goes to standard error.
   --report-format json writes one object: {"version": 1, "summary": {"mode", "scanned", "relevant", "changed",
@@ -50,8 +51,8 @@ exit codes:
   1  --check/--diff: a file would change, or an item needs a person; in write mode and with --out-dir only with
      --exit-nonzero-on-change (files changed, or an item needs a person)
   2  usage error: an unknown option or rule code, a bad combination of options
-  3  at least one file could not be processed (unreadable, not UTF-8, broken JSON, an internal error) or written;
-     every other file was still processed
+  3  at least one file could not be processed (unreadable, not UTF-8, broken JSON, a plain script that does not
+     parse, an internal error) or written; every other file was still processed
   130 interrupted (Ctrl-C): files already written are complete, the others unchanged
 """
 

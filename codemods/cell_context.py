@@ -3,7 +3,7 @@
 Each Python cell is parsed on its own (one bad cell must not stop the others), yet a name imported in cell 2 is used
 in cell 5. So a cell is parsed with the module-level imports of the earlier cells put before its own text (as they
 were read, so that ``serverless_gpu`` names resolve even after their own cell is migrated); those statements are
-never visited nor changed (:mod:`air_migrate.rules.cell_pass`).
+never visited nor changed (:mod:`air_migrate.cell_pass`).
 
 A cell is parsed at all only when it mentions a trigger word: the old package, its keywords, ``GPUType``, or a name
 an earlier cell bound by importing from ``serverless_gpu`` or ``databricks.air`` (an alias such as ``from
@@ -18,7 +18,7 @@ import dataclasses
 import re
 from typing import List, Pattern, Set, Tuple
 
-from air_migrate.rules.base import PrefixStatement
+from air_migrate.rule_base import PrefixStatement
 
 TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "TorchDistributor")
 """A file (or cell) that holds none of these, nor an old keyword argument, has nothing a rule changes."""

@@ -100,19 +100,21 @@ def _run(
     tally = report.Tally(mode.name, partial=args.partial)
     report_palette = Palette(colors.wanted(args.color, report_stream))
     error_palette = Palette(colors.wanted(args.color, sys.stderr))
-    for result in results:
-        bar.clear()
-        for record in result.records:
-            report_stream.write(report.record_line(record, report_palette) + "\n")
-        problem = mode.deliver(result)
-        if problem is not None:
-            result.error = "; ".join(filter(None, (result.error, f"not written: {problem}")))
-        if result.error is not None:
-            report_stream.flush()
-            sys.stderr.write(report.error_line(result.path, result.error, error_palette) + "\n")
-        tally.add(result)
-        bar.advance()
-    bar.clear()
+    try:
+        for result in results:
+            bar.clear()
+            for record in result.records:
+                report_stream.write(report.record_line(record, report_palette) + "\n")
+            problem = mode.deliver(result)
+            if problem is not None:
+                result.error = "; ".join(filter(None, (result.error, f"not written: {problem}")))
+            if result.unreported_error is not None:  # (a script that does not parse has its report line)
+                report_stream.flush()
+                sys.stderr.write(report.error_line(result.path, result.error, error_palette) + "\n")
+            tally.add(result)
+            bar.advance()
+    finally:
+        bar.close()  # (also when interrupted: no bar is left under the message)
     sys.stdout.flush()
     print(report.summary_line(tally, mode.verb), file=sys.stderr)
     failed_report = _write_report(args, tally, mode.verb)

@@ -5,13 +5,14 @@ The driver knows nothing of individual rules. For one file it:
 1. skips it unless its bytes mention a trigger word (:func:`air_migrate.cell_context.mentions_any`);
 2. splits it into cells (:mod:`air_migrate.sources`) and lets the line rules look at the raw lines of each code cell
    (``%pip``, ``%run``, ``# MAGIC`` lines);
-3. lets each rule scan the whole file first (:meth:`~air_migrate.rules.base.Rule.scan_file`: a rewrite that spans
+3. lets each rule scan the whole file first (:meth:`~air_migrate.rule_base.Rule.scan_file`: a rewrite that spans
    cells asks for the cells it needs), then parses each Python cell that mentions a trigger word or that a rule
    asked for, with the imports of the earlier cells before it so that names resolve across cells in order
-   (:mod:`air_migrate.cell_context`); a cell that does not parse is reported and skipped while the others are
-   migrated;
+   (:mod:`air_migrate.cell_context`); a notebook cell that does not parse is reported and skipped while the
+   others are migrated, and a plain script that does not parse is a file that failed
+   (:mod:`air_migrate.syntax_errors` says why, in Python's words);
 4. lets every rule survey every parsed cell, then runs all rules over each cell in one traversal, so positions are
-   those of the input (:mod:`air_migrate.rules.cell_pass`);
+   those of the input (:mod:`air_migrate.cell_pass`);
 5. checks that every changed cell still parses (libcst and :mod:`ast`) and renders the file.
 
 By default a file with a blocking finding keeps its code as it is, since half a migration breaks on both runtimes
@@ -32,9 +33,10 @@ import libcst
 
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate.results import FileResult, Record
-from air_migrate.rules.base import AnyRule, CellContext, FileOptions, LineRule, Rule
-from air_migrate.rules.cell_pass import CellOutcome, PreparedCell
+from air_migrate.rule_base import AnyRule, CellContext, FileOptions, LineRule, Rule
+from air_migrate.cell_pass import CellOutcome, PreparedCell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
+from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
 
 __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 
@@ -72,6 +74,9 @@ def migrate_file(
     line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
     rule_types = [rule for rule in rules if issubclass(rule, Rule)]
     parsed = _parse_cells(result, source, rule_types)
+    if result.error is not None:  # nothing else about a file that could not be read as Python
+        result.records = [record for record in result.records if record.error]
+        return result
     line_fixes = _check_lines(result, source, line_rules)
     for unit in parsed:
         unit.prepared.survey()
@@ -122,10 +127,9 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
             module = libcst.parse_module(prefix + cell.text)
         except libcst.ParserSyntaxError as error:
             unparsed.append(cell.raw)
-            line, column = _error_position(error)
-            _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line "
-                    "such as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand",
-                    max(line - prefix.count("\n"), 1), column, attention=True)
+            _report_unparsable(result, source, cell, describe(cell.text, error, prefix.count("\n")))
+            if result.error is not None:
+                return []
             continue
         cell_context = CellContext(
             cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text, source.kind, unparsed
@@ -133,6 +137,26 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
         parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
         context.add(cell.number, cell.text)
     return parsed
+
+
+def _report_unparsable(result: FileResult, source: SourceFile, cell: Cell, problem: SyntaxProblem) -> None:
+    """A plain script that does not parse cannot be processed at all (it has no cells, no magics): the file fails.
+    A notebook cell that does not parse is skipped, the others are migrated: a bare magic or shell line is said to
+    be one, anything else gets the parser's own message."""
+    message = cell.unmask(problem.message)
+    if source.kind == "python":
+        result.error = f"cannot parse: {message}"
+        _record(result, source, cell, "AM903", result.error, problem.line, problem.column, error=True)
+        return
+    lines = cell.text.splitlines() if cell.text is not None else []
+    line = lines[problem.line - 1] if problem.line <= len(lines) else ""
+    if looks_like_shell(line):
+        _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line such "
+                "as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand", problem.line,
+                len(line) - len(line.lstrip()) + 1, attention=True)  # where the command starts
+    else:
+        _record(result, source, cell, "AM902", f"cell skipped: cannot parse: {message}; nothing in it is migrated: "
+                "fix the cell and run air-migrate again", problem.line, problem.column, attention=True)
 
 
 def _scan_file(
@@ -263,6 +287,7 @@ def _record(
     end: Optional[tuple] = None,
     before: Optional[str] = None,
     after: Optional[str] = None,
+    error: bool = False,
 ) -> None:
     """Add a record at a 1-based line of the cell, numbered as the report numbers it for this kind of file."""
     if source.kind == "ipynb":
@@ -275,17 +300,9 @@ def _record(
     result.records.append(
         Record(
             result.path, where_cell, line + offset, column, code, message, attention or blocking, blocking, review,
-            end_line + offset if end_line is not None else None, end_column, before, after,
+            end_line + offset if end_line is not None else None, end_column, before, after, error,
         )
     )
-
-
-def _error_position(error: libcst.ParserSyntaxError) -> "tuple[int, int]":
-    """The 1-based line and column of a parse error (the native parser's own ``raw_line`` runs one line late)."""
-    found = re.search(r"error at (\d+):(\d+)", error.message)
-    if found:
-        return int(found.group(1)), int(found.group(2))
-    return error.raw_line, error.raw_column + 1
 
 
 def _newline(text: str) -> str:

@@ -9,7 +9,7 @@ from typing import ClassVar, Optional, TextIO
 from air_migrate.colors import Palette
 from air_migrate.diffing import paint_diff, render_diff
 from air_migrate.results import FileResult
-from air_migrate.runner import is_notebook
+from air_migrate.sources import is_notebook
 from air_migrate.writing import OutputTree, WriteError, write_atomically
 
 

@@ -9,7 +9,9 @@ Text lines read ``path[:cell N]:line:col: AMxxx <severity> <message>``. The JSON
                   "code": "AM101", "severity": "change", "message": "...", "before": "...", "after": "..."}],
      "errors": [{"file": "bad.py", "message": "not UTF-8 (invalid start byte at byte 17)"}]}
 
-with records sorted by file, then position, and every number 1-based (see :mod:`air_migrate.results`).
+with records sorted by file, then position, and every number 1-based (see :mod:`air_migrate.results`). Every file
+that failed is in ``errors`` (and counted in ``failed``); a script that does not parse is also a record of severity
+``error`` at the place where it stops being Python, which the text report shows instead of an error line.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from air_migrate.colors import Palette
-from air_migrate.results import BLOCKING, CHANGE, MANUAL, REVIEW, FileResult, Record
+from air_migrate.results import BLOCKING, CHANGE, ERROR, MANUAL, REVIEW, FileResult, Record
 
 TEXT = "text"
 JSON = "json"
 FORMATS = (TEXT, JSON)
 JSON_VERSION = 1
-_SEVERITY_STYLES = {CHANGE: "green", REVIEW: "yellow", MANUAL: "magenta", BLOCKING: "bold red"}
+_SEVERITY_STYLES = {CHANGE: "green", REVIEW: "yellow", MANUAL: "magenta", BLOCKING: "bold red", ERROR: "bold red"}
 
 
 @dataclasses.dataclass
@@ -91,7 +93,8 @@ def summary_line(tally: Tally, verb: str) -> str:
 def render_text(tally: Tally, verb: str) -> str:
     """The ``--report FILE`` text: every record, every error, then the summary."""
     lines = [record_line(record) for record in tally.records]
-    lines += [error_line(path, message) for path, message in tally.errors]
+    recorded = {(record.path, record.message) for record in tally.records if record.error}
+    lines += [error_line(path, message) for path, message in tally.errors if (path, message) not in recorded]
     lines.append(summary_line(tally, verb))
     return "".join(line + "\n" for line in lines)
 

@@ -18,7 +18,9 @@ MANUAL = "manual"
 """Not rewritten: a person must do it; the rest of the file is still migrated."""
 BLOCKING = "blocking"
 """Not rewritten, and the file is left unchanged (unless ``--partial``) since half a migration would break it."""
-SEVERITIES = (CHANGE, REVIEW, MANUAL, BLOCKING)
+ERROR = "error"
+"""The file could not be processed (a script that does not parse): it is left as it is, and the run exits 3."""
+SEVERITIES = (CHANGE, REVIEW, MANUAL, BLOCKING, ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +49,15 @@ class Record:
     """For a change: the source of the changed code as it was."""
     after: Optional[str] = None
     """For a change: the source of the changed code as it is now."""
+    error: bool = False
+    """Why the file could not be processed, at the position where it went wrong (the file's
+    :attr:`FileResult.error` says the same): nothing in it was migrated."""
 
     @property
     def severity(self) -> str:
         """One of :data:`SEVERITIES`, derived from the flags."""
+        if self.error:
+            return ERROR
         if self.blocking:
             return BLOCKING
         if self.attention:
@@ -81,11 +88,18 @@ class FileResult:
     """The new bytes, when the file changes (``None``: unchanged, blocked or failed)."""
     records: List[Record] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
-    """Why the file could not be processed at all."""
+    """Why the file could not be processed at all (then it is left as it is)."""
     relevant: bool = False
     """It mentions serverless_gpu or the old keywords."""
     cells: Dict[int, Tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Cell number -> (old source, new source) of every cell that changes, magics restored."""
+
+    @property
+    def unreported_error(self) -> Optional[str]:
+        """The error, unless one of the records already says it at its position (a script that does not parse)."""
+        if self.error is None or any(record.error and record.message == self.error for record in self.records):
+            return None
+        return self.error
 
     @property
     def blocked(self) -> bool:

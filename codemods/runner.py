@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
 import os
 from typing import Iterator, Optional, Sequence, Tuple, Type
 
 from air_migrate.engine import migrate_file
 from air_migrate.results import FileResult, Record
-from air_migrate.rules.base import Rule
+from air_migrate.rule_base import Rule
+from air_migrate.sources import is_notebook
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,16 +84,3 @@ def migrate_standard_input(data: bytes, name: Optional[str], options: Options) -
         result.path = shown
         result.records = [dataclasses.replace(record, path=shown) for record in result.records]
     return result
-
-
-def is_notebook(name: str, data: bytes) -> bool:
-    """A Jupyter notebook: named ``.ipynb``, or not named ``.py`` and holding JSON with a list of cells."""
-    if name.endswith(".ipynb"):
-        return True
-    if name.endswith(".py") or data.lstrip()[:1] != b"{":
-        return False
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(document, dict) and isinstance(document.get("cells"), list)

@@ -276,6 +276,19 @@ def _placeholder(source: str, masks: Dict[str, str], prefix: str, length: int) -
         index += 1
 
 
+def is_notebook(name: str, data: bytes) -> bool:
+    """A Jupyter notebook: named ``.ipynb``, or not named ``.py`` and holding JSON with a list of cells."""
+    if name.endswith(".ipynb"):
+        return True
+    if name.endswith(".py") or data.lstrip()[:1] != b"{":
+        return False
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and isinstance(document.get("cells"), list)
+
+
 def read_source(path: str, data: bytes) -> SourceFile:
     """Split ``data`` (the bytes of ``path``) into cells according to its kind."""
     try:

@@ -1,13 +1,20 @@
-"""``air-migrate``'s rules: one module per rule code, each registering itself in :data:`REGISTRY`.
+"""``air-migrate``'s rules: one module (or package) per rule, each registering itself in :data:`REGISTRY`.
 
 A libcst rule (:class:`Rule`) transforms one cell's module: it returns new nodes for what it changes (everything
 else is printed back byte for byte by libcst) and reports each change, and each thing a person must look at, as a
 :class:`Finding` through :meth:`Rule.report`. A line rule (:class:`LineRule`) looks at the raw lines of a cell
 (magics, ``# MAGIC`` lines) that libcst never sees. Each rule's docstring says which of its changes are safe and
-which are flagged for review.
+which are flagged for review. The contract itself is :mod:`air_migrate.rule_base`.
+
+* ``am101_imports`` to ``am111_run_magics``: the ``serverless_gpu`` rules (AM101 to AM111), with what they share:
+  :mod:`~air_migrate.rules.targets` (which calls are launch calls) and :mod:`~air_migrate.rules.accelerator_types`
+  (old GPU models to accelerator types);
+* :mod:`~air_migrate.rules.torch_distributor`: Spark's ``TorchDistributor`` (AM201 to AM217).
+
+Importing this package registers every rule; only :mod:`air_migrate.codes` does, for the command line.
 """
 
-from air_migrate.rules.base import REGISTRY, Finding, LineRule, Rule, register
+from air_migrate.rule_base import REGISTRY, Finding, LineRule, Rule, register
 from air_migrate.rules import (  # noqa: F401  (each registers its rule)
     am101_imports,
     am102_keywords,
@@ -15,8 +22,7 @@ from air_migrate.rules import (  # noqa: F401  (each registers its rule)
     am108_gpu_type_members,
     am110_pip_installs,
     am111_run_magics,
-    am201_torch_distributor,
-    am217_spark_setup,
+    torch_distributor,
 )
 
 __all__ = ["REGISTRY", "Finding", "LineRule", "Rule", "register"]

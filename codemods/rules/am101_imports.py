@@ -22,7 +22,7 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
 
-from air_migrate.rules.base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, Rule, register
 
 OLD = "serverless_gpu"
 NEW = "databricks.air"

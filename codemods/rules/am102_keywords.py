@@ -18,7 +18,7 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, ScopeProvider
 
-from air_migrate.rules.base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, Rule, register
 from air_migrate.rules.targets import LAUNCHERS, is_launch_call, launch_words, qualified_names
 
 RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}

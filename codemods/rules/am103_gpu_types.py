@@ -19,27 +19,14 @@ Safety: safe; the new value is the one the runtime itself derives from the old v
 
 from __future__ import annotations
 
-from typing import Collection, Optional, Tuple
+from typing import Collection, Optional
 
 import libcst
 from libcst.metadata import PositionProvider, ScopeProvider
 
-from air_migrate.rules.accelerator_types import NEW_TYPES, OLD_MODELS, accelerator_type_for
-from air_migrate.rules.base import Rule, register
+from air_migrate.rule_base import Rule, register
+from air_migrate.rules.accelerator_types import COMPUTED, NEW_TYPES, UNMAPPED_CODES, accelerator_type_for, unmappable
 from air_migrate.rules.targets import is_launch_call, launch_words, literal_count, type_arg
-
-__all__ = ["GpuTypesRule", "accelerator_type_for", "unmappable"]
-
-
-def unmappable(model: str, count: Optional[int], shown: str = "") -> Tuple[str, str]:
-    """``(code, message)`` for an old model name (``shown`` as written) with no exact accelerator type at ``count``."""
-    shown = shown or repr(model)
-    if model not in OLD_MODELS:
-        return "AM106", f"GPU type {shown} is not mapped automatically: use one of {list(NEW_TYPES)}"
-    if count is None:
-        return "AM104", (f"{shown} maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a literal "
-                         "here: write the accelerator type")
-    return "AM105", f"{shown} with {count} GPUs has no accelerator type: write one by hand"
 
 
 @register
@@ -48,6 +35,7 @@ class GpuTypesRule(Rule):
     DESCRIPTION = (
         'GPU type strings ("H100"...) become accelerator types ("GPU_8xH100"...) where the count is known (safe)'
     )
+    REPORTS = UNMAPPED_CODES
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
 
     def statement_words(self) -> Optional[Collection[str]]:
@@ -63,7 +51,7 @@ class GpuTypesRule(Rule):
         if not isinstance(value, libcst.SimpleString):
             if isinstance(value, (libcst.FormattedString, libcst.ConcatenatedString)):
                 self.report(value, "a computed GPU type string cannot be mapped: write the accelerator type",
-                            blocking=True, code="AM107")
+                            blocking=True, code=COMPUTED)
             return updated_node
         text = value.evaluated_value
         if not isinstance(text, str) or text in NEW_TYPES or text.upper() == "CPU":

@@ -35,9 +35,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for
-from air_migrate.rules.am103_gpu_types import unmappable
-from air_migrate.rules.base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, Rule, register
+from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for, unmappable
 from air_migrate.rules.targets import (
     launch_words,
     NEW_MODULE,

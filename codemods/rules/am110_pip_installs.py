@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-from air_migrate.rules.base import FileOptions, LineFinding, LineRule, register
+from air_migrate.rule_base import FileOptions, LineFinding, LineRule, register
 
 DATABRICKS_PACKAGE = "databricks-sdk-air"
 OPEN_PACKAGE = "databricks-air-oss"

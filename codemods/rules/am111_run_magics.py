@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from air_migrate.rules.base import LineFinding, LineRule, register
+from air_migrate.rule_base import LineFinding, LineRule, register
 
 _RUN = re.compile(r"^[ \t]*(?:# MAGIC ?)?[ \t]*(?P<magic>%run\b[ \t]*(?P<target>.*?))[ \t]*$")
 

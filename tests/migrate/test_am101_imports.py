@@ -6,9 +6,9 @@ from typing import List, Tuple
 
 import libcst
 import pytest
+from rule_helpers import apply
 
 from air_migrate.rules import REGISTRY
-from air_migrate.rules.base import apply
 
 
 def migrate(source: str) -> Tuple[str, List[Tuple[int, int, bool, str]]]:

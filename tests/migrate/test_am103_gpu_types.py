@@ -6,10 +6,10 @@ from typing import List, Optional, Tuple
 
 import libcst
 import pytest
+from rule_helpers import apply
 
 from air_migrate.rules import REGISTRY
-from air_migrate.rules.am103_gpu_types import accelerator_type_for
-from air_migrate.rules.base import apply
+from air_migrate.rules.accelerator_types import accelerator_type_for
 from databricks.air.compute import AcceleratorType, GPUType
 
 

@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from air_migrate.engine import migrate_file
 from air_migrate.rules import REGISTRY
 from air_migrate.rules.am110_pip_installs import PipInstallsRule, validate_pip_package
-from air_migrate.rules.base import FileOptions
+from air_migrate.rule_base import FileOptions
 
 RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 

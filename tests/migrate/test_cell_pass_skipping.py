@@ -1,5 +1,5 @@
 """The cell pass traverses only the top-level statements some rule asks for, and still finds every launch call,
-whatever name it is imported under (:meth:`air_migrate.rules.base.Rule.statement_words`)."""
+whatever name it is imported under (:meth:`air_migrate.rule_base.Rule.statement_words`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Collection, List, Optional
 
 import libcst
 import pytest
+from rule_helpers import run_rules
 
 from air_migrate.engine import migrate_file
 from air_migrate.rules import REGISTRY, Rule
-from air_migrate.rules.cell_pass import run_rules
 
 RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 PLAIN = "def helper(x):\n    return [y * 2 for y in range(x)]\n\n\nhelper(3)\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import pty
 import subprocess
 import sys
@@ -79,3 +80,11 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path, capsys: pytest.Cap
     assert main(["--check", str(_tree(tmp_path / "t", 24))]) == 1
     out, err = capsys.readouterr()
     assert BAR not in err and "\r" not in err + out
+
+
+def test_the_bar_says_how_long_is_left_and_nothing_follows_the_summary(tmp_path: Path) -> None:
+    code, _, terminal = _run_with_terminal_stderr(["--check", "--color", "never", str(_tree(tmp_path / "t", 21))])
+    assert code == 1
+    assert re.search(r"air-migrate \[=+\] 21/21 files, \d\d:\d\d<\d\d:\d\d", terminal)
+    assert terminal.endswith(" 0 failed\n")  # no bar drawn or erased again once the summary is printed
+    assert terminal.count(ERASE) == terminal.count(BAR)  # every bar drawn is erased

@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from air_migrate.engine import FileResult, migrate_file
 from air_migrate.rules import REGISTRY
-from air_migrate.rules.base import Rule
+from air_migrate.rule_base import Rule
 
 RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 PYTHON_KERNEL = {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from air_migrate.rules import REGISTRY
-from air_migrate.rules.base import LineRule, Rule
+from air_migrate.rule_base import LineRule, Rule
 
 
 @pytest.mark.parametrize("code", sorted(REGISTRY))

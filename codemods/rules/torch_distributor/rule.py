@@ -2,10 +2,10 @@
 ``fn.distributed(...)``.
 
 In a file (or notebook) that mentions ``TorchDistributor``, every cell that mentions a name the rewrite can concern
-is parsed and surveyed first (:mod:`~air_migrate.rules.am2xx_file_scan`, :mod:`~air_migrate.rules.am2xx_survey`),
-since a notebook builds its distributor in one cell, runs it in another and defines the function in a third; then
-the planner decides the whole file at once (:mod:`~air_migrate.rules.am2xx_plan`), and this rule makes each cell's
-part of it:
+is parsed and surveyed first (:mod:`~air_migrate.rules.torch_distributor.file_scan`,
+:mod:`~air_migrate.rules.torch_distributor.survey`), since a notebook builds its distributor in one cell, runs it in
+another and defines the function in a third; then the planner decides the whole file at once
+(:mod:`~air_migrate.rules.torch_distributor.plan`), and this rule makes each cell's part of it:
 
 * ``@distributed(num_accelerators=N)`` goes above ``def fn``, before its other decorators (so it wraps what
   ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
@@ -33,22 +33,21 @@ from typing import Collection, Dict, List, Optional, Sequence, Set, Union
 import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
-from air_migrate.rules.am2xx_codes import CPU, IMPORT, RANK_ZERO, RUN, VARIABLE
-from air_migrate.rules.am2xx_facts import FileFacts
-from air_migrate.rules.am2xx_file_scan import (
+from air_migrate.rule_base import STATEMENTS, CellContext, FileScan, Finding, Rule, register
+from air_migrate.rules.torch_distributor.codes import CPU, DESCRIPTIONS, IMPORT, RANK_ZERO, RUN, VARIABLE
+from air_migrate.rules.torch_distributor.facts import FileFacts
+from air_migrate.rules.torch_distributor.file_scan import (
     RELEVANT,
     RESTARTS,
     may_read_python_names,
     scan_torch_distributor,
 )
-from air_migrate.rules.am2xx_plan import ImportEdit, Plan, plan_file
-from air_migrate.rules.am2xx_survey import survey_cell
-from air_migrate.rules.base import CellContext, FileScan, Finding, Rule, register
-from air_migrate.rules.todo_markers import STATEMENTS
+from air_migrate.rules.torch_distributor.plan import ImportEdit, Plan, plan_file
+from air_migrate.rules.torch_distributor.survey import survey_cell
 from air_migrate.sources import SourceFile
 
-_FACTS = "am2xx_facts"
-_PLAN = "am2xx_plan"
+_FACTS = "torch_distributor.facts"
+_PLAN = "torch_distributor.plan"
 _LEFT = Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]
 
 
@@ -60,6 +59,7 @@ class TorchDistributorRule(Rule):
         "across notebook cells; the distributor and its import go (safe; a used return value and use_gpu=False "
         "flagged for review)"
     )
+    REPORTS = DESCRIPTIONS
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:

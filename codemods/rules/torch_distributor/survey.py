@@ -1,11 +1,11 @@
 """Surveying one cell for the ``TorchDistributor`` rewrite: its constructor calls, runs, bindings and reads.
 
-Nothing is decided here (:mod:`air_migrate.rules.am2xx_plan` does that once every cell is known); the survey only
-records, into the file's :class:`~air_migrate.rules.am2xx_facts.FileFacts`:
+Nothing is decided here (:mod:`~air_migrate.rules.torch_distributor.plan` does that once every cell is known); the
+survey only records, into the file's :class:`~air_migrate.rules.torch_distributor.facts.FileFacts`:
 
 * each ``TorchDistributor(...)`` call, found through the imports that bind it (any form or alias, resolved by scope),
-  read into a configuration (:mod:`air_migrate.rules.am2xx_config`), with what becomes of the object: assigned to a
-  variable, or ``.run(...)`` on it at once;
+  read into a configuration (:mod:`~air_migrate.rules.torch_distributor.config`), with what becomes of the object:
+  assigned to a variable, or ``.run(...)`` on it at once;
 * every module-level binding (imports, defs, classes, assignments) and every read of a module-level name, since a
   notebook's cells share those; and the bindings and reads of a local distributor variable;
 * each ``x.run(...)`` and ``x._train_on_dataframe(...)`` on a variable, with what ``run`` is given;
@@ -31,9 +31,9 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from air_migrate.rules.am2xx_codes import DEEPSPEED, DISTRIBUTOR_USED, SCRIPT, TARGET
-from air_migrate.rules.am2xx_config import read_constructor
-from air_migrate.rules.am2xx_facts import (
+from air_migrate.rules.torch_distributor.codes import DEEPSPEED, DISTRIBUTOR_USED, SCRIPT, TARGET
+from air_migrate.rules.torch_distributor.config import read_constructor
+from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEEPSPEED_DISTRIBUTOR,
     DEF,
@@ -53,7 +53,7 @@ from air_migrate.rules.am2xx_facts import (
     Var,
     Where,
 )
-from air_migrate.rules.base import Rule
+from air_migrate.rule_base import Rule
 from air_migrate.rules.targets import qualified_names
 
 METHODS = (RUN, TRAIN_ON_DATAFRAME)

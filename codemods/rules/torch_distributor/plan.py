@@ -3,8 +3,8 @@
 A run ``d.run(fn, *args)`` (or ``TorchDistributor(...).run(fn, *args)``) becomes ``fn.distributed(*args)`` only
 when all of this holds, so that the program means what it meant:
 
-* its distributor's settings carry over exactly (:mod:`air_migrate.rules.am2xx_config`), and a distributor variable
-  is bound once, to a ``TorchDistributor(...)``, and used for nothing but its runs;
+* its distributor's settings carry over exactly (:mod:`~air_migrate.rules.torch_distributor.config`), and a
+  distributor variable is bound once, to a ``TorchDistributor(...)``, and used for nothing but its runs;
 * ``fn`` names one module-level ``def`` of the file, used for nothing but runs, every one of them rewritable and
   with the same settings (one decorator serves them all);
 * ``distributed`` names nothing else in the file (the decorator needs the name).
@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst
 
-from air_migrate.rules.am2xx_codes import (
+from air_migrate.rules.torch_distributor.codes import (
     CONFIGURATIONS,
     DATAFRAME,
     DISTRIBUTOR_USED,
@@ -35,7 +35,7 @@ from air_migrate.rules.am2xx_codes import (
     NAME_CLASH,
     TARGET,
 )
-from air_migrate.rules.am2xx_facts import (
+from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEF,
     IMPORT,

@@ -22,7 +22,7 @@ from typing import Callable, List, Optional, Union
 
 import libcst
 
-from air_migrate.rules.am2xx_codes import CONFIG, LOCAL_MODE
+from air_migrate.rules.torch_distributor.codes import CONFIG, LOCAL_MODE
 
 PARAMETERS = ("num_processes", "local_mode", "use_gpu")
 """The constructor's parameters, in their positional order."""

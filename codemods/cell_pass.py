@@ -11,7 +11,7 @@ a rule learns what other cells hold (e.g. whether a name is still used anywhere 
 
 The statements of the cell's prefix (earlier cells' imports, put first so that names resolve across cells) are
 neither visited nor changed. With ``todo_comments``, each statement holding an item for a person gets a marker
-comment (:mod:`air_migrate.rules.todo_markers`); :meth:`PreparedCell.markers_only` gives the cell as read with only
+comment (:mod:`air_migrate.todo_markers`); :meth:`PreparedCell.markers_only` gives the cell as read with only
 those markers, for a file whose changes are held back.
 """
 
@@ -23,8 +23,8 @@ from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence,
 import libcst
 from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider, ProviderT, ScopeProvider
 
-from air_migrate.rules.base import CellContext, Finding, Rule
-from air_migrate.rules.todo_markers import STATEMENTS, MarkerInserter, add_markers
+from air_migrate.rule_base import STATEMENTS, CellContext, Finding, Rule
+from air_migrate.todo_markers import MarkerInserter, add_markers
 
 
 @dataclasses.dataclass
@@ -99,13 +99,6 @@ class PreparedCell:
     def markers_only(self, marks: Dict[libcst.CSTNode, List[Finding]]) -> libcst.Module:
         """The cell as read, with only the TODO markers of ``marks`` added."""
         return self.module.visit(MarkerInserter(marks, self.newline))
-
-
-def run_rules(rule_types: Sequence[Type[Rule]], module: libcst.Module, todo_comments: bool = False) -> CellOutcome:
-    """Survey and run ``rule_types`` over one parsed cell on its own (no other cells, no prefix)."""
-    cell = PreparedCell(module, rule_types)
-    cell.survey()
-    return cell.run(todo_comments)
 
 
 class _LazyMetadata(Mapping):  # type: ignore[type-arg]

@@ -21,9 +21,9 @@ from typing import Collection, Optional, Set
 import libcst
 from libcst.metadata import GlobalScope, PositionProvider, ScopeProvider
 
-from air_migrate.rules.am2xx_codes import SPARK_SETUP
-from air_migrate.rules.am2xx_file_scan import mentions_torch_distributor
-from air_migrate.rules.base import FileScan, Rule, register
+from air_migrate.rules.torch_distributor.codes import SPARK_SETUP
+from air_migrate.rules.torch_distributor.file_scan import mentions_torch_distributor
+from air_migrate.rule_base import FileScan, Rule, register
 from air_migrate.rules.targets import qualified_names
 from air_migrate.sources import SourceFile
 

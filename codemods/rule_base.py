@@ -1,9 +1,12 @@
 """What every rule shares: findings, reporting through one channel, what a rule knows of its cell, and the registry.
 
+This is the contract between the driver (:mod:`air_migrate.engine`, :mod:`air_migrate.cell_pass`) and the rules
+(:mod:`air_migrate.rules`): the rules import it, and the driver imports it, never a rule.
+
 There are two kinds of rule, both registered by code in :data:`REGISTRY`:
 
 * :class:`Rule`, a libcst transformer over one cell's Python. All the selected rules run together in ONE traversal
-  of the cell as it was read (:mod:`air_migrate.rules.cell_pass`), so every position a rule reports refers to the
+  of the cell as it was read (:mod:`air_migrate.cell_pass`), so every position a rule reports refers to the
   input text, whatever the other rules change;
 * :class:`LineRule`, over the raw lines of a cell (``%pip`` and ``%run`` magics, ``# MAGIC`` lines), which libcst
   never sees.
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import (
-    TYPE_CHECKING, Any, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
+    TYPE_CHECKING, Any, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar,
+    Union,
 )
 
 import libcst
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
     from air_migrate.sources import SourceFile
 
 _EMPTY_MODULE = libcst.Module(body=())
+STATEMENTS = (libcst.SimpleStatementLine, libcst.BaseCompoundStatement)
+"""The nodes that are statements of a block (what a TODO marker goes above, what a removal takes out)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +122,8 @@ class Rule(libcst.CSTTransformer):
 
     CODE: ClassVar[str]
     DESCRIPTION: ClassVar[str]
+    REPORTS: ClassVar[Mapping[str, str]] = {}
+    """The other codes this rule reports, each with its one line for ``--list-rules``."""
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
@@ -196,6 +204,8 @@ class LineRule:
 
     CODE: ClassVar[str]
     DESCRIPTION: ClassVar[str]
+    REPORTS: ClassVar[Mapping[str, str]] = {}
+    """The other codes this rule reports, each with its one line for ``--list-rules``."""
 
     def __init__(self, options: FileOptions) -> None:
         self.options = options
@@ -212,16 +222,12 @@ R = TypeVar("R", Type[Rule], Type[LineRule])
 
 
 def register(rule: R) -> R:
-    """Class decorator: make a rule known by its code."""
-    if rule.CODE in REGISTRY:
-        raise ValueError(f"rule code {rule.CODE} is registered twice")
+    """Class decorator: make a rule known by its code (and the other codes it reports, by :attr:`Rule.REPORTS`)."""
+    taken = {code for known in REGISTRY.values() for code in (known.CODE, *known.REPORTS)}
+    clashes = sorted(taken & {rule.CODE, *rule.REPORTS})
+    if clashes:
+        raise ValueError(f"code(s) {', '.join(clashes)} of {rule.__name__} are registered twice")
     REGISTRY[rule.CODE] = rule
     return rule
 
 
-def apply(rule_type: Type[Rule], module: libcst.Module) -> "tuple[libcst.Module, List[Finding]]":
-    """Run one rule over a parsed cell; return the new module and what the rule reported."""
-    from air_migrate.rules.cell_pass import run_rules  # the pass builds on this module
-
-    outcome = run_rules([rule_type], module)
-    return outcome.module, outcome.findings

@@ -13,10 +13,9 @@ from typing import Dict, List, Sequence, Set
 
 import libcst
 
-from air_migrate.rules.base import Finding
+from air_migrate.rule_base import STATEMENTS, Finding
 
 PREFIX = "# TODO(air-migrate "
-STATEMENTS = (libcst.SimpleStatementLine, libcst.BaseCompoundStatement)
 
 
 def marker_text(finding: Finding) -> str:

@@ -1,8 +1,8 @@
 """The codes of the ``TorchDistributor`` migration (AM2xx), each with the one line ``--list-rules`` prints.
 
 ``AM201`` (the rewrite) and ``AM217`` (Spark session setup) are rules of their own, documented by their
-``DESCRIPTION``; the others are reported by ``AM201`` and documented here (:data:`DESCRIPTIONS`, merged into
-:data:`air_migrate.codes.EXTRA_CODES`).
+``DESCRIPTION``; the others are reported by ``AM201`` and documented here (:data:`DESCRIPTIONS`, registered with
+``AM201`` as its :attr:`~air_migrate.rule_base.Rule.REPORTS`).
 """
 
 from __future__ import annotations

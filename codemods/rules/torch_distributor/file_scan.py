@@ -19,15 +19,15 @@ import ast
 import re
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from air_migrate.rules.am2xx_codes import WRITEFILE
-from air_migrate.rules.am2xx_facts import Where
-from air_migrate.rules.base import FileScan, Finding
+from air_migrate.rules.torch_distributor.codes import WRITEFILE
+from air_migrate.rules.torch_distributor.facts import Where
+from air_migrate.rule_base import FileScan, Finding
 from air_migrate.sources import SourceFile
 
 WORD = "TorchDistributor"
-RESTARTS = "am2xx_restarts"
-"""The scratch key of the restart points, a tuple of :data:`~air_migrate.rules.am2xx_facts.Where`."""
-RELEVANT = "am2xx_relevant"
+RESTARTS = "torch_distributor.restarts"
+"""The scratch key of the restart points, a tuple of :data:`~air_migrate.rules.torch_distributor.facts.Where`."""
+RELEVANT = "torch_distributor.relevant"
 """The scratch key of the pattern that finds, in a cell's text, a word the rewrite can concern."""
 _ALWAYS_RELEVANT = ("TorchDistributor", "DeepspeedTorchDistributor", "pyspark", "distributed", "databricks",
                     "serverless_gpu")

@@ -1,9 +1,9 @@
 """What the ``TorchDistributor`` rewrite knows of a whole file: facts gathered cell by cell, before any decision.
 
 The rewrite spans cells (a notebook builds its distributor in one cell, runs it in another and defines the function
-in a third), so every cell is surveyed first (:mod:`air_migrate.rules.am2xx_survey`) into one :class:`FileFacts`, and
-only then does the planner decide (:mod:`air_migrate.rules.am2xx_plan`). Facts hold the original libcst nodes of
-their cells, so the rule running over a cell later finds its edits by node.
+in a third), so every cell is surveyed first (:mod:`~air_migrate.rules.torch_distributor.survey`) into one
+:class:`FileFacts`, and only then does the planner decide (:mod:`~air_migrate.rules.torch_distributor.plan`). Facts
+hold the original libcst nodes of their cells, so the rule running over a cell later finds its edits by node.
 
 Module-level names are shared by every cell of a notebook, so they are keyed by name alone (:class:`Var` without a
 scope); a function's local variable is keyed by its scope as well. Positions (:data:`Where`) are ``(cell, line,
@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst
 
-from air_migrate.rules.am2xx_config import Reading
+from air_migrate.rules.torch_distributor.config import Reading
 
 Where = Tuple[int, int, int]
 """``(cell, line in the cell, column)``, all 1-based: the order in which a notebook runs its statements."""
