@@ -300,7 +300,7 @@ class _Checker:
             max_retries=max_retries,
             timeout_minutes=timeout,
             idempotency_token=token,
-            parameters=yaml_values.plain(parameters) if parameters is not None else None,
+            parameters=parameters,
             mlflow_run_name=run_name,
             mlflow_experiment_directory=directory,
             mlflow_artifact_location=artifacts,

@@ -105,6 +105,7 @@ class Workload:
     timeout_minutes: Optional[int] = None
     idempotency_token: Optional[str] = None
     parameters: Optional[Dict[str, Any]] = None
+    """As read (numbers keep their text, so hyperparameters.yaml shows them as written)."""
     mlflow_run_name: Optional[str] = None
     mlflow_experiment_directory: Optional[str] = None
     mlflow_artifact_location: Optional[str] = None
