@@ -76,22 +76,31 @@ def _parent_site_dirs() -> List[str]:
     return found
 
 
-def _local_files(requirement: str, base_dir: str) -> List[str]:
-    """The local files an entry depends on: a ``-r``/``-c`` file or a path to a wheel, archive or folder."""
-    words = shlex.split(requirement)
-    candidates = []
+def _local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
+    """The local files an entry depends on: a ``-r``/``-c`` file and what it names in turn, or a path to a wheel,
+    an archive or a project folder (relative paths from ``base_dir``, where pip runs)."""
+    words = shlex.split(requirement, comments=True)
+    candidates, listed = [], []
     for index, word in enumerate(words):
-        if word in ("-r", "--requirement", "-c", "--constraint", "-e", "--editable") and index + 1 < len(words):
+        if word in ("-r", "--requirement", "-c", "--constraint") and index + 1 < len(words):
+            listed.append(words[index + 1])
+        elif word.startswith(("-r", "-c")) and len(word) > 2 and not word.startswith("--"):
+            listed.append(word[2:])
+        elif word in ("-e", "--editable") and index + 1 < len(words):
             candidates.append(words[index + 1])
-        elif word.startswith(("-r", "-c")) and len(word) > 2:
-            candidates.append(word[2:])
         elif not word.startswith("-"):
-            candidates.append(word.split("[")[0] if not os.path.exists(os.path.join(base_dir, word)) else word)
+            candidates.append(word)
     found = []
-    for candidate in candidates:
-        path = os.path.join(base_dir, os.path.expanduser(candidate))
+    for candidate in candidates + listed:
+        path = os.path.abspath(os.path.join(base_dir, os.path.expanduser(candidate)))
         if os.path.exists(path):
-            found.append(os.path.abspath(path))
+            found.append(path)
+    for listing in listed:  # what a requirements file names changes the environment as much as the file itself
+        path = os.path.join(base_dir, os.path.expanduser(listing))
+        if os.path.isfile(path) and depth < 5:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                for line in stream:
+                    found += _local_files(line, base_dir, depth + 1)
     return found
 
 

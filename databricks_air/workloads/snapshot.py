@@ -103,7 +103,8 @@ def _git_archive(source: CodeSource, destination: str, field: str) -> None:
     arguments = ["archive", "--format=tar", tree]
     if source.include_paths:
         arguments += ["--", *source.include_paths]
-    data = _git(root, arguments, f"{field}.include_paths" if source.include_paths else where,
+    top = _git(root, ["rev-parse", "--show-toplevel"], where, "cannot find the repository's top").strip()
+    data = _git(top, arguments, f"{field}.include_paths" if source.include_paths else where,
                 f"git archive of {revision} failed", binary=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:  # type: ignore[arg-type]
         if hasattr(tarfile, "data_filter"):

@@ -168,6 +168,11 @@ class Supervisor:
                   tracked: Optional[attempt_tracking.TrackedAttempt]) -> List[Dict[str, str]]:
         spec, plan = self.spec, self.spec.node_plan
         base = dict(self.environ)
+        # The command's python, pip and torchrun are those of the environment air runs in, even when it is not
+        # activated (a venv's bin/air started by its path), as the runtime's environment is on Databricks.
+        here = os.path.dirname(sys.executable)
+        if here not in base.get("PATH", "").split(os.pathsep):
+            base["PATH"] = os.pathsep.join(filter(None, [here, base.get("PATH", "")]))
         if environment is not None:
             environment.apply(base)
         if plan.cpu:

@@ -125,9 +125,9 @@ echo "attempt $n"
 
 def test_an_attempt_past_its_timeout_is_timedout_and_retried(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    path = write_workload(tmp_path, command=PROCESS_TREE, max_retries=1, timeout_minutes=60,
+    path = write_workload(tmp_path, command="setsid sleep 300 &\nsleep 300", max_retries=1, timeout_minutes=60,
                           env_variables={"AIR_TEST_MARKER": marker})
-    done = air("run", "-f", str(path), "--watch", "-o", "json", env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "2"})
+    done = air("run", "-f", str(path), "--watch", "-o", "json", env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "1"})
     assert done.returncode == 1
     final = envelope(done)["data"]
     assert final["status"] == "TIMEDOUT" and "ran past its timeout (60 min)" in final["message"]
