@@ -183,7 +183,7 @@ def _watch(run: runs.Run, out: Output, submitted: bool) -> int:
                 status = item.status
                 if out.json and item.previous_status is not None:
                     out.event(render.log_event(item))
-                elif not out.json and item.previous_status is not None:
+                elif not out.json and item.previous_status is not None and not render.is_terminal(item.status):
                     out.note(render.status_line(run.run_id, item.status or "", item.message))
                 current = runs.load_run(run.folder)
                 link = render.mlflow_line(current)
@@ -205,9 +205,11 @@ def _watch(run: runs.Run, out: Output, submitted: bool) -> int:
     else:
         out.note(f"run {run.run_id} ended {final.state.status} after {render.duration(final.state.duration)}"
                  + (f": {final.state.message}" if final.state.message else ""))
-        alerts = final.state.alert_list()
+        last = final.state.attempt_number
+        alerts = [alert for alert in final.state.alert_list() if alert.attempt == last]
         if alerts:
-            out.note("likely causes in the output:\n" + render.alert_lines(alerts))
+            out.note(f"likely causes in the output of attempt {last} (air get {run.run_id} lists every attempt's):\n"
+                     + render.alert_lines(alerts))
     return 0 if final.state.status == statuses.SUCCESS else 1
 
 

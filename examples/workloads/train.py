@@ -49,7 +49,8 @@ def main() -> None:
             if tracked:
                 mlflow.log_metric("loss", mean.item(), step=step)
 
-    del model  # the model goes before its process group
+    dist.barrier()  # every rank is done with the group before any rank tears it down
+    del model  # the model goes before its process group: DDP freed after it can hang gloo's teardown
     dist.destroy_process_group()
 
 
