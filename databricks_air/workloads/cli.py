@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
@@ -55,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="set a field (a dotted path; the value is YAML), repeatable")
     run.add_argument("--idempotency-key", default=None, help="a second run with the same key returns the first "
                      "(beats the file's idempotency_token)")
+    run.add_argument("--no-cache", action="store_true", help="accepted for compatibility: snapshots are always taken "
+                     "afresh here")
     run.add_argument("--backend", default="local", help="where the run goes (local: this machine)")
     _globals(run, top=False)
 

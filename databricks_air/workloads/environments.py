@@ -14,9 +14,7 @@ packages too.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -28,10 +26,11 @@ import sys
 import sysconfig
 import time
 import venv
-from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence
+from typing import BinaryIO, Dict, List, Optional, Sequence
 
 from databricks.air.workloads import paths
 from databricks.air.workloads.errors import WorkloadError
+from databricks.air.workloads.registry import locked
 
 _BUILT = ".built"
 _PTH = "_databricks_air_parent.pth"
@@ -132,16 +131,6 @@ def environment_key(dependencies: Sequence[str], base_dir: str) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
-@contextlib.contextmanager
-def _lock(path: str) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def prepare(dependencies: Sequence[str], base_dir: str, log: BinaryIO) -> PreparedEnvironment:
     """The environment for ``dependencies``, built now (pip's output to ``log``) or reused.
 
@@ -152,7 +141,7 @@ def prepare(dependencies: Sequence[str], base_dir: str, log: BinaryIO) -> Prepar
     os.makedirs(root, mode=0o700, exist_ok=True)
     key = environment_key(dependencies, base_dir)
     path = os.path.join(root, key)
-    with _lock(path + ".lock"):
+    with locked(path + ".lock"):
         if os.path.exists(os.path.join(path, _BUILT)):
             os.utime(os.path.join(path, _BUILT))  # when it was last used, for whoever cleans the cache
             return PreparedEnvironment(path, reused=True)

@@ -56,7 +56,8 @@ def write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
+def locked(path: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing) for the ``with`` block."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -106,7 +107,7 @@ class RunFolder:
 
     def update(self, change: Callable[[RunState], Optional[RunState]]) -> RunState:
         """Read the state, apply ``change`` (which edits it in place or returns a new one), write it; under lock."""
-        with _locked(self.file(".lock")):
+        with locked(self.file(".lock")):
             state = self.read_state()
             state = change(state) or state
             self.write_state(state)
@@ -138,7 +139,7 @@ class Registry:
         """
         self._ensure()
         key_file = os.path.join(self.root, "keys", hashlib.sha256(idempotency_key.encode()).hexdigest())
-        with _locked(os.path.join(self.root, ".lock")):
+        with locked(os.path.join(self.root, ".lock")):
             existing = _read_int(key_file)
             if existing is not None and os.path.isdir(os.path.join(self.root, str(existing))):
                 return self.open(existing), False

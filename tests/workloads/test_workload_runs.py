@@ -267,3 +267,40 @@ def test_cancel_all_asks_first_without_a_terminal(tmp_path: Path) -> None:
     assert done.returncode == 0 and envelope(done)["data"] == {"cancelled": [run_id], "all": True}
     assert state(run_id).status == "CANCELED"
     assert air("cancel").returncode == 2
+
+
+def test_logs_follow_an_active_run_through_its_retries_until_it_ends(tmp_path: Path) -> None:
+    gate, counter = tmp_path / "gate", tmp_path / "count"
+    command = f"""n=$(cat {counter} 2>/dev/null || echo 0)
+echo $((n + 1)) > {counter}
+echo "attempt $n waits"
+while [ ! -e {gate} ]; do sleep 0.05; done
+echo "attempt $n done"
+[ "$n" -ge 1 ]
+"""
+    run_id = submit(write_workload(tmp_path, command=command, max_retries=1))
+    wait_for(run_id, lambda s: s.status == "RUNNING")
+    follower = subprocess.Popen([AIR, "logs", str(run_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "air-home" / "runs" / str(run_id) / "attempts" / "0" / "node_0.log"
+    assert wait_until(lambda: log.exists() and log.read_text().startswith("attempt 0 waits"), timeout=30)
+    gate.touch()
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert out.startswith("attempt 0 waits\nattempt 0 done\nERROR: Script failed with exit code 1")
+    assert out.endswith("attempt 1 waits\nattempt 1 done\n")
+    assert air("logs", str(run_id), "--retry", "0", "--tail", "1").stdout.startswith("ERROR: Script failed")
+    assert air("logs", str(run_id), "--minutes", "10").stdout == "attempt 1 waits\nattempt 1 done\n"
+    assert air("logs", str(run_id), "--minutes", "10", "--tail", "5").returncode == 2
+
+
+def test_a_submitted_run_shows_its_mlflow_run_as_the_decorator_does(tmp_path: Path, mlflow_store: str) -> None:
+    experiment = f"link-{uuid.uuid4().hex[:8]}"
+    path = write_workload(tmp_path, experiment_name=experiment, command="true")
+    done = air("run", "-f", str(path), "--no-cache", env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store})
+    assert done.returncode == 0, done.stderr
+    run_id = int(re.search(r"Run ID: (\d+)", done.stdout).group(1))
+    final = wait_for_end(run_id)
+    mlflow_run = final.latest.mlflow_run_id
+    assert f"Experiment: {experiment}" in done.stdout
+    assert f"MLflow run {experiment} ({mlflow_run}) in {mlflow_store}; to see it: mlflow ui --backend-store-uri " \
+           f"{mlflow_store}" in done.stdout
