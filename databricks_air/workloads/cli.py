@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         return 0
     run = submission.run
     if args.watch:
-        return _watch(run, out, submitted=True)
+        return _watch(run, out)
     if submission.created:
         run = _wait_for_mlflow_run(run)
     text = [f"Experiment: {run.spec.experiment_name}", f"Run ID: {run.run_id} ({run.state.status})"]
@@ -169,7 +169,7 @@ def _wait_for_mlflow_run(run: runs.Run, seconds: float = 20.0) -> runs.Run:
     return run
 
 
-def _watch(run: runs.Run, out: Output, submitted: bool) -> int:
+def _watch(run: runs.Run, out: Output) -> int:
     if out.json:
         out.event({"type": "SUBMITTED", "run_id": run.run_id, "dashboard_url": None})
     else:

@@ -16,7 +16,6 @@ import time
 from typing import Iterator, List, Optional, Tuple
 
 from databricks.air import log_patterns
-from databricks.air.workloads import statuses
 from databricks.air.workloads.errors import InvalidArguments
 from databricks.air.workloads.node_output import read_times
 from databricks.air.workloads.runs import Run, load_run
@@ -264,6 +263,3 @@ def download(run: Run, attempt: int, nodes: List[int], folder: str) -> List[str]
         written.append(destination)
     return written
 
-
-def is_success(status: Optional[str]) -> bool:
-    return status == statuses.SUCCESS

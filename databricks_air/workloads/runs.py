@@ -14,7 +14,9 @@ import time
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air.workloads import backends, loading, registry, secret_store, snapshot, statuses, yaml_values
+from databricks.air.workloads import (
+    backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
+)
 from databricks.air.workloads.errors import InvalidArguments, WorkloadError
 from databricks.air.workloads.registry import Registry, RunFolder
 from databricks.air.workloads.run_state import RunSpec, RunState
@@ -96,6 +98,10 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
         return Submission(None, False, notes, workload)
     plan = chosen.plan(workload)
     notes += chosen.notes(workload, plan)
+    taken = sorted(set(workload.env_variables) & set(node_environment.RUNTIME_VARIABLES))
+    if taken:
+        notes.append(f"env_variables: {', '.join(taken)} are set by the runtime on each node; the workload's values "
+                     "are replaced")
     secret_store.resolve(workload.secrets, environ)  # a missing secret fails now, not in the supervisor
     key = idempotency_key or workload.idempotency_token or uuid.uuid4().hex
     runs = Registry()

@@ -7,10 +7,12 @@ used, so that a backend's own dependencies, Ray's say, load only for its runs).
 from __future__ import annotations
 
 import importlib
-from typing import Dict, Tuple
+from typing import TYPE_CHECKING, Dict, Tuple
 
-from databricks.air.workloads.backends.base import Backend
 from databricks.air.workloads.errors import InvalidArguments
+
+if TYPE_CHECKING:  # the keeper, started as a module of this package, imports nothing it does not use
+    from databricks.air.workloads.backends.base import Backend
 
 BACKENDS: Dict[str, Tuple[str, str]] = {
     "local": ("databricks.air.workloads.backends.local", "LocalBackend"),
@@ -18,7 +20,7 @@ BACKENDS: Dict[str, Tuple[str, str]] = {
 DEFAULT = "local"
 
 
-def get(name: str) -> Backend:
+def get(name: str) -> "Backend":
     """The backend called ``name``."""
     if name not in BACKENDS:
         raise InvalidArguments(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -100,8 +100,12 @@ class Keeper:
 
     def stop_all(self, grace: float) -> None:
         """SIGTERM to every descendant, SIGKILL to those left after ``grace``; return once none is left."""
+        left = descendants(self.me)
+        if not left:  # the usual end: the command left nothing behind
+            self._note(_reap())
+            return
         kill_group(self.command.pid, signal.SIGTERM)
-        for pid in descendants(self.me):
+        for pid in left:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while descendants(self.me) and time.monotonic() < deadline:
