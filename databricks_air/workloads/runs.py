@@ -14,9 +14,11 @@ import time
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from databricks.air import tracking
 from databricks.air.workloads import (
-    backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
+    attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
 )
+from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.workloads.errors import InvalidArguments, WorkloadError
 from databricks.air.workloads.registry import Registry, RunFolder
 from databricks.air.workloads.run_state import RunSpec, RunState
@@ -103,6 +105,12 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
         notes.append(f"env_variables: {', '.join(taken)} are set by the runtime on each node; the workload's values "
                      "are replaced")
     secret_store.resolve(workload.secrets, environ)  # a missing secret fails now, not in the supervisor
+    uri = environ.get("MLFLOW_TRACKING_URI", "")
+    if attempt_tracking.enabled() and uri.startswith(("http://", "https://")):
+        try:
+            tracking._check_reachable(uri)  # the decorator's check: no run is recorded for a store that is down
+        except RuntimeConfigurationError as error:
+            raise WorkloadError(str(error)) from None
     key = idempotency_key or workload.idempotency_token or uuid.uuid4().hex
     runs = Registry()
     code_name = os.path.basename(workload.code_source.root_path.rstrip(os.sep)) if workload.code_source else None

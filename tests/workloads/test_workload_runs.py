@@ -304,3 +304,16 @@ def test_a_submitted_run_shows_its_mlflow_run_as_the_decorator_does(tmp_path: Pa
     assert f"Experiment: {experiment}" in done.stdout
     assert f"MLflow run {experiment} ({mlflow_run}) in {mlflow_store}; to see it: mlflow ui --backend-store-uri " \
            f"{mlflow_store}" in done.stdout
+
+
+def test_an_unreachable_tracking_server_fails_the_submission(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    path = write_workload(tmp_path, command="true")
+    done = air("run", "-f", str(path), env={"DATABRICKS_AIR_MLFLOW": "1",
+                                             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"})
+    assert done.returncode == 1 and "cannot be reached" in done.stderr and "DATABRICKS_AIR_MLFLOW=0" in done.stderr
+    assert not (Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs").exists()
