@@ -65,6 +65,8 @@ def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
             "DATABRICKS_AIR_MLFLOW": "0",
             # Keeps call logs inside the page's folder rather than the shared temp directory.
             "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "databricks-air-logs"),
+            # air run's registry, environments and secrets, rather than the user's ~/.air.
+            "DATABRICKS_AIR_HOME": str(tmp_path / "air-home"),
             "PYTHONUNBUFFERED": "1",
             "RAY_TMPDIR": ray_directory,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

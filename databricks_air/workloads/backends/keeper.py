@@ -1,0 +1,167 @@
+"""The keeper: the process that runs one node's command and answers for every process below it.
+
+``python -m databricks.air.workloads.backends.keeper GRACE SCRIPT`` runs ``bash -euo pipefail SCRIPT`` in the
+current folder, with its own stdout and stderr, and exits with the command's status (128 + N for a signal N).
+
+Why a process of its own: a command's processes do not stay in one process group (torchrun starts each worker in a
+session of its own), so signalling a group misses them, and if the supervisor itself is killed nothing of it is
+left to clean up. The keeper is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): every process the command starts
+that loses its parent is re-parented to the keeper rather than to init, so all of them stay its descendants and can
+be found by walking ``/proc``. It stops them all (SIGTERM, then SIGKILL after the grace period) when
+
+* the command ends (what it left running in the background goes with it, as on a node that finishes),
+* it gets SIGTERM (a timeout or a cancel: the supervisor asks), or
+* its stdin reaches end of file: the supervisor is gone, even after a SIGKILL, and the command must not outlive it.
+
+It exits only once no descendant is left.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+from databricks.air._engine.rank_server import kill_group, set_parent_death_signal
+
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_SECONDS = 0.05
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux); False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> List[int]:
+    """Every live process below ``pid``, found through ``/proc`` (parents before children)."""
+    children: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stream:
+                fields = stream.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z":  # a zombie is no process; reaping it is our job
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _reap() -> Dict[int, int]:
+    """Collect every ended child: ``pid -> status`` as ``waitpid`` gives it."""
+    ended = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended[pid] = status
+
+
+class Keeper:
+    """The command and what it started."""
+
+    def __init__(self, script: str, grace: float) -> None:
+        self.grace = grace
+        self.me = os.getpid()
+        self.command = subprocess.Popen(
+            ["bash", "-euo", "pipefail", script],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=set_parent_death_signal,  # the keeper is killed itself: bash goes too
+        )
+        self.status: "int | None" = None
+
+    def _note(self, ended: Dict[int, int]) -> None:
+        if self.command.pid in ended and self.status is None:
+            self.status = os.waitstatus_to_exitcode(ended[self.command.pid])
+            self.command.returncode = self.status
+
+    def stop_all(self, grace: float) -> None:
+        """SIGTERM to every descendant, SIGKILL to those left after ``grace``; return once none is left."""
+        left = descendants(self.me)
+        if not left:  # the usual end: the command left nothing behind
+            self._note(_reap())
+            return
+        kill_group(self.command.pid, signal.SIGTERM)
+        for pid in left:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while descendants(self.me) and time.monotonic() < deadline:
+            self._note(_reap())
+            time.sleep(_POLL_SECONDS)
+        for _ in range(200):  # a process may fork while it is being killed: repeat until nothing is left
+            left = descendants(self.me)
+            if not left:
+                break
+            kill_group(self.command.pid, signal.SIGKILL)
+            for pid in left:
+                _signal(pid, signal.SIGKILL)
+            time.sleep(_POLL_SECONDS / 5)
+            self._note(_reap())
+        self._note(_reap())
+
+    def serve(self) -> int:
+        """Wait for the command, a stop, or the supervisor's end; stop everything; return the command's status
+        (``Popen.returncode`` form)."""
+        stop = {"asked": False}
+        signal.signal(signal.SIGTERM, lambda *_: stop.update(asked=True))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        selector = selectors.DefaultSelector()
+        selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
+        while True:
+            self._note(_reap())
+            if self.status is not None:
+                self.stop_all(self.grace)  # the command ended: what it left in the background goes too
+                return self.status
+            if stop["asked"]:
+                self.stop_all(self.grace)
+                return self.status if self.status is not None else -signal.SIGTERM
+            for _key, _ in selector.select(_POLL_SECONDS):
+                if not os.read(sys.stdin.fileno(), 4096):  # the supervisor is gone
+                    self.stop_all(min(self.grace, 1.0))
+                    return -signal.SIGKILL
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def exit_code(status: int) -> int:
+    """A ``Popen.returncode`` as a shell's exit code (a signal N is 128 + N)."""
+    return 128 - status if status < 0 else status
+
+
+def main(argv: List[str]) -> None:
+    grace, script = float(argv[0]), argv[1]
+    become_subreaper()
+    keeper = Keeper(script, grace)
+    sys.exit(exit_code(keeper.serve()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

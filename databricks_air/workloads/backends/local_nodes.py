@@ -1,0 +1,81 @@
+"""The local backend's :class:`~.base.NodeLauncher`: one node, this machine, its command under a keeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Dict, List, Optional
+
+from databricks.air.workloads import node_environment
+from databricks.air.workloads.backends import keeper
+from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
+from databricks.air.workloads.node_output import NodeOutput
+
+_DRAIN_SECONDS = 5.0  # after the keeper exits, its output pipe has no writer left; this is only a safety net
+
+
+class LocalNodeGroup(NodeGroup):
+    """The keeper of node 0 and the thread that copies its output into the node's log."""
+
+    def __init__(self, launch: AttemptLaunch) -> None:
+        self.launch = launch
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", keeper.__name__, str(launch.grace_seconds), launch.script],
+            cwd=launch.cwd,
+            env=launch.environs[0],
+            stdin=subprocess.PIPE,  # never written: its end of file tells the keeper that we are gone
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self._reader = threading.Thread(target=_copy, args=(self.process.stdout, launch.outputs[0]), daemon=True,
+                                        name="node 0 output")
+        self._reader.start()
+
+    def wait(self, timeout: float) -> Optional[List[int]]:
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._reader.join(_DRAIN_SECONDS)
+        return [keeper.exit_code(status)]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # the keeper stops the whole tree, then exits
+        try:
+            self.process.wait(self.launch.grace_seconds + 30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # the keeper itself is stuck: bash dies with it (parent death signal)
+            self.process.wait()
+        self._reader.join(_DRAIN_SECONDS)
+
+    def owner(self) -> Dict[str, Any]:
+        return {"keeper_pid": self.process.pid}
+
+
+def _copy(stream: Any, output: NodeOutput) -> None:
+    fd = stream.fileno()
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        output.feed(data)
+    stream.close()
+
+
+class LocalNodes(NodeLauncher):
+    """This machine, as the one node of a run."""
+
+    def start(self, launch: AttemptLaunch) -> NodeGroup:
+        if len(launch.environs) != 1:
+            raise ValueError(f"the local backend runs one node, not {len(launch.environs)}")
+        return LocalNodeGroup(launch)
+
+    def node_address(self) -> str:
+        return "127.0.0.1"
+
+    def free_port(self) -> int:
+        return node_environment.free_port()
