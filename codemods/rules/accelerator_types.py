@@ -1,4 +1,4 @@
-"""The one table from old GPU model names to accelerator types (item 29), shared by strings and ``GPUType.X``.
+"""The one table from old GPU model names to accelerator types, shared by strings and ``GPUType.X``.
 
 It mirrors what the runtime does with a deprecated ``gpu_type`` (``AcceleratorType.from_gpu_type``), but only where
 the answer is exact: an H100 shape depends on the count, so it is mapped only from a literal count of 1 or a
