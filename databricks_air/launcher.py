@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from databricks.air import payload, tracking, validation
+from databricks.air import _variables, payload, tracking, validation
 from databricks.air._engine import rank_server_handle
 from databricks.air._switches import switched_on
 from databricks.air._engine import launch as engine
@@ -37,10 +37,6 @@ from databricks.air.exceptions import RuntimeConfigurationError, SerializationEr
 __all__ = ["distributed"]
 
 DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
-SHOW_ALL_RANKS_VARIABLE = "DATABRICKS_AIR_SHOW_ALL_RANKS"
-START_METHOD_VARIABLE = "DATABRICKS_AIR_START_METHOD"
-LOG_DIR_VARIABLE = "DATABRICKS_AIR_LOG_DIR"
-GRACE_VARIABLE = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"
 
 _UNSET: Any = object()
 
@@ -232,8 +228,8 @@ class DistributedFunction:
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
-            show_all_ranks=switched_on(SHOW_ALL_RANKS_VARIABLE),
-            start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
+            show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
+            start_method=os.environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
             grace_period=_grace_period(),
             code_files=payload.code_files(self.func),
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
@@ -268,16 +264,17 @@ def _timeout_note(timeout: Optional[float]) -> str:
 
 
 def _grace_period() -> float:
-    value = os.environ.get(GRACE_VARIABLE, "")
+    variable = _variables.TERMINATE_GRACE_SECONDS
+    value = os.environ.get(variable, "")
     try:
         return max(0.0, float(value)) if value else 3.0
     except ValueError:
-        raise RuntimeConfigurationError(f"{GRACE_VARIABLE} must be a number of seconds, not {value!r}") from None
+        raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
 
 
 def _make_log_dir(function_name: str) -> str:
     """A new directory for this call's logs (kept after the call), under ``DATABRICKS_AIR_LOG_DIR`` or tmp."""
-    root = os.environ.get(LOG_DIR_VARIABLE) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
+    root = os.environ.get(_variables.LOG_DIR) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
     os.makedirs(root, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in function_name)[:60]

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any, Optional, Tuple, Union
 
-from databricks.air import compute
+from databricks.air import _variables, compute
 from databricks.air._warnings import user_stacklevel
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUTypeError, GPUValidationError, RuntimeConfigurationError
@@ -131,7 +131,7 @@ def _shown(value: Any) -> Any:
 
 
 def resolve_remote(count: Optional[int], requested: RequestedType) -> Tuple[int, AcceleratorType]:
-    """The count and shape of a remote run (reference 3.3, remote rules)."""
+    """The count and shape of a remote run, by the reference's rules for remote runs."""
     if count is None:
         raise GPUValidationError("remote=True needs num_accelerators: the number of GPUs to run on")
     if requested is None or requested is AcceleratorType.CPU:
@@ -166,7 +166,7 @@ def resolve_local(count: Optional[int], requested: RequestedType) -> Tuple[int, 
         if requested not in (None, AcceleratorType.CPU):
             logger.warning(
                 "%s=CPU: running %d CPU rank(s) instead of accelerator_type=%s",
-                compute.ACCELERATOR_TYPE_VARIABLE,
+                _variables.ACCELERATOR_TYPE,
                 count or 1,
                 _shown(requested),
             )
@@ -217,7 +217,7 @@ def _no_gpu_message() -> str:
     return (
         "no GPU is attached to this machine. To run on CPU ranks over gloo instead, decorate with "
         '@distributed(accelerator_type="CPU", num_accelerators=N) or set the environment variable '
-        f'{compute.ACCELERATOR_TYPE_VARIABLE}=CPU (then use dist.init_process_group("gloo") in the function).'
+        f'{_variables.ACCELERATOR_TYPE}=CPU (then use dist.init_process_group("gloo") in the function).'
     )
 
 

@@ -1,5 +1,5 @@
-"""The reference's decoration-time contract (reference-api 3.2 to 3.5): validation order, errors, FutureWarnings,
-logging notes, with_overrides. GPUs are simulated by replacing what NVML would report."""
+"""The reference's decoration-time contract: validation order, errors, FutureWarnings, logging notes,
+with_overrides. GPUs are simulated by replacing what NVML would report."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ import socket
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from databricks.air import _variables
 from databricks.air._engine import rank_server_handle
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.failures import RankOutcome, results_or_error
@@ -89,7 +90,7 @@ def run(launch: Launch) -> List[Any]:
     """Run ``launch`` and return every rank's value, indexed by global rank."""
     if launch.start_method not in START_METHODS:
         raise RuntimeConfigurationError(
-            f"DATABRICKS_AIR_START_METHOD must be one of {', '.join(START_METHODS)}, not {launch.start_method!r}"
+            f"{_variables.START_METHOD} must be one of {', '.join(START_METHODS)}, not {launch.start_method!r}"
         )
     # The timeout bounds the whole call, the rank server's start included.
     deadline = None if launch.timeout is None else time.monotonic() + launch.timeout

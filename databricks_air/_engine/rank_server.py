@@ -35,6 +35,7 @@ import socket
 import sys
 from typing import Dict, List, Optional, Set, Tuple
 
+from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
 from databricks.air._switches import switched_off
 
@@ -309,14 +310,14 @@ def preload() -> List[str]:
     Returns what could not be imported; a rank that needs it imports it again and sees the real error.
     """
     modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
-    extra = os.environ.get("DATABRICKS_AIR_PRELOAD", "")
+    extra = os.environ.get(_variables.PRELOAD, "")
     modules += [name.strip() for name in extra.split(",") if name.strip()]
     return _import_all(modules)
 
 
 def deferred_preloads() -> List[str]:
     """Modules worth having in ranks but not worth delaying the first call for (MLflow, when tracking is on)."""
-    return [] if switched_off("DATABRICKS_AIR_MLFLOW") else ["mlflow"]
+    return [] if switched_off(_variables.MLFLOW) else ["mlflow"]
 
 
 def _import_all(modules: List[str]) -> List[str]:

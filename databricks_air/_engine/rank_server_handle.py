@@ -17,14 +17,15 @@ import threading
 import weakref
 from typing import Dict, List, Optional, Tuple
 
+from databricks.air import _variables
 from databricks.air._engine import rank_server
 from databricks.air.exceptions import RuntimeConfigurationError
 
-# Environment variables read when an interpreter or a native library starts; a server started under other values
-# is not reused.
+# Environment variables read when an interpreter or a native library starts (or, ours, when the server starts);
+# a server started under other values is not reused.
 _STARTUP_VARIABLE_PREFIXES = (
     "PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_",
-    "DATABRICKS_AIR_PRELOAD", "DATABRICKS_AIR_MLFLOW",
+    _variables.PRELOAD, _variables.MLFLOW,
 )
 _START_TIMEOUT_SECONDS = 300.0
 

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from databricks.air import _variables
 from databricks.air._engine.call_files import CallFiles
 from databricks.air._engine.failures import RankOutcome, results_or_error
 from databricks.air._engine.launch import Launch, job_environ
@@ -39,7 +40,6 @@ from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreati
 
 FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_")
 _POLL_SECONDS = 0.5
-_BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
 _NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
 _CLOSE_SECONDS = 5.0
 
@@ -134,7 +134,7 @@ class _RemoteCall:
             resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
             max_concurrency=2,  # a stop must not wait behind a poll
             # Merged into the job's runtime_env; the caller has shown the Beta notice already.
-            runtime_env={"env_vars": {_BETA_NOTICE_VARIABLE: "1"}},
+            runtime_env={"env_vars": {_variables.BETA_NOTICE_SHOWN: "1"}},
         )
         for index in range(self.request.count):
             strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)

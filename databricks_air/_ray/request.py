@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air import compute, validation
+from databricks.air import _variables, compute, validation
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUValidationError
 
@@ -37,7 +37,7 @@ def resolve(count: Optional[int], requested: validation.RequestedType) -> Tuple[
         if cpu_mode and requested not in (None, AcceleratorType.CPU):
             logger.warning(
                 "%s=CPU: running %d CPU rank(s) on the Ray cluster instead of accelerator_type=%s",
-                compute.ACCELERATOR_TYPE_VARIABLE,
+                _variables.ACCELERATOR_TYPE,
                 count,
                 getattr(requested, "value", requested),
             )
