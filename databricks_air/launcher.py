@@ -65,19 +65,26 @@ class DistributedFunction:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         accelerator_type: Any = None,
     ) -> None:
-        if not callable(func):
-            raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
-        shape, _ = validation.parse_type(accelerator_type)
-        model, _ = validation.parse_type(gpu_type)
-        if isinstance(model, AcceleratorType):  # a shape passed as gpu_type
-            shape, model = shape or model, model.gpu_type
-        self.gpus = gpus
-        self.gpu_type: Optional[GPUType] = model if model is not None else getattr(shape, "gpu_type", None)
+        _require_callable(func)
+        self._set_up(func, validation.RankSettings.given(gpus, gpu_type, accelerator_type), remote, timeout)
+
+    @classmethod
+    def _resolved(
+        cls, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any
+    ) -> "DistributedFunction":
+        """The object for settings already resolved (by :func:`build`): nothing is parsed again."""
+        _require_callable(func)
+        function = cls.__new__(cls)
+        function._set_up(func, settings, remote, timeout)
+        return function
+
+    def _set_up(self, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any) -> None:
+        self._settings = settings
+        self.gpus = settings.count
+        self.gpu_type: Optional[GPUType] = settings.gpu_type
         self.remote = remote
         self.func = func
         self.timeout = validation.check_timeout(timeout)
-        self._shape: Optional[AcceleratorType] = shape  # type: ignore[assignment]
-        self._requested: validation.RequestedType = shape or self.gpu_type
         self.last_log_dir: Optional[str] = None
 
     @property
@@ -92,9 +99,7 @@ class DistributedFunction:
         The attached shape; ``AcceleratorType.CPU`` for CPU ranks; ``None`` for GPU models the reference has no
         shape for (H200, A100...).
         """
-        if self._shape is None and self.gpu_type is not None:
-            return AcceleratorType.from_gpu_type(self.gpu_type, self.gpus)
-        return self._shape
+        return self._settings.shape
 
     @property
     def gpus_per_node(self) -> int:
@@ -144,7 +149,7 @@ class DistributedFunction:
         return build(
             self.func,
             count if count is not None else self.num_accelerators,
-            requested if requested is not None else self._requested,
+            requested if requested is not None else self._settings.requested,
             self.remote if remote is None else remote,
             timeout,
         )
@@ -241,6 +246,11 @@ class DistributedFunction:
         return engine.run(launch)
 
 
+def _require_callable(func: Any) -> None:
+    if not callable(func):
+        raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
+
+
 def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> inspect.BoundArguments:
     """Bind the arguments to the signature, defaults applied: a mismatch is a ``TypeError`` here, in the caller."""
     try:
@@ -286,15 +296,10 @@ def build(
 ) -> DistributedFunction:
     """Resolve the settings (against this machine, or for a Ray cluster when ``remote``) and wrap ``func``."""
     if remote:
-        from databricks.air._ray import request, require  # Ray is optional: imported for remote runs only
+        from databricks.air._ray import require  # Ray is optional: imported for remote runs only
 
         require.require_ray()
-        count, shape = request.resolve(count, requested)
-    else:
-        count, shape = validation.resolve_local(count, requested)
-    function = DistributedFunction(count, shape.gpu_type if shape else None, remote, func, timeout, shape)
-    function._requested = requested
-    return function
+    return DistributedFunction._resolved(func, validation.resolve(count, requested, remote), remote, timeout)
 
 
 def distributed(
