@@ -1,6 +1,7 @@
 """Things that live in exactly one place, so that a reader finds them by name and a change is made once.
 
 * every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented);
+* process groups, parent death and free ports are handled in ``_engine/processes.py``;
 * whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
 * no text points at a numbered item of a document that is not in the repository.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Set, Tuple
 
 from databricks.air import _variables
 
@@ -57,6 +58,47 @@ def test_every_variable_for_users_is_documented() -> None:
     names = {value for key, value in vars(_variables).items() if key.isupper() and isinstance(value, str)}
     assert names and all(OUR_VARIABLE.fullmatch(name) for name in names)
     assert sorted(name for name in names - BOOKKEEPING if name not in docs) == []
+
+
+def calls_and_imports(tree: ast.Module) -> Iterator[Tuple[str, ast.AST]]:
+    """The names of the functions a module calls (``os.killpg`` -> ``killpg``) and of what it imports."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+            yield name, node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                yield alias.name, node
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node.module, node
+
+
+def users_of(names: Set[str]) -> Set[str]:
+    found = set()
+    for path in python_files(*SOURCES):
+        for name, _ in calls_and_imports(parsed(path)):
+            if name in names:
+                found.add(str(path.relative_to(PACKAGE.parent)))
+    return found
+
+
+def test_process_groups_parent_death_and_ports_are_handled_in_processes_py() -> None:
+    assert users_of({"killpg", "prctl", "getppid"}) == {"databricks_air/_engine/processes.py"}
+    defined = {
+        f"{path.relative_to(ROOT)}:{node.name}"
+        for path in python_files(PACKAGE)
+        for node in ast.walk(parsed(path))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.lstrip("_") in ("kill_group", "free_port", "set_parent_death_signal", "job_environ")
+    }
+    assert defined == {
+        "databricks_air/_engine/processes.py:kill_group",
+        "databricks_air/_engine/processes.py:free_port",
+        "databricks_air/_engine/processes.py:set_parent_death_signal",
+        "databricks_air/_engine/rank_environ.py:job_environ",
+        "databricks_air/_ray/rank_host.py:free_port",  # the actor's method, for the caller: it calls the one above
+    }
 
 
 def test_one_module_asks_whether_this_is_a_jupyter_kernel() -> None:

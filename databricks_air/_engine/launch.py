@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import selectors
 import signal
-import socket
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -31,7 +29,8 @@ from databricks.air._engine import rank_server_handle
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.failures import RankOutcome, results_or_error
 from databricks.air._engine.output import RankOutput, make_outputs
-from databricks.air._engine.rank_server import kill_group
+from databricks.air._engine.processes import free_port, kill_group
+from databricks.air._engine.rank_environ import job_environ
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.supervision import Supervisor
 from databricks.air._engine.values import read_value_file
@@ -44,19 +43,6 @@ from databricks.air.exceptions import (
 START_METHODS = ("fork", "spawn")
 _DRAIN_SECONDS = 2.0
 
-
-
-def job_environ() -> Dict[str, str]:
-    """The torchrun variables every rank of one call shares beyond its coordinates (local and Ray ranks alike)."""
-    return {
-        "ROLE_NAME": "default",
-        "REPLICA_RANK": "0",
-        "PYTHONUNBUFFERED": "1",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "TORCHELASTIC_RUN_ID": f"databricks-air-{secrets.token_hex(6)}",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
-    }
 
 @dataclasses.dataclass
 class Launch:
@@ -202,7 +188,7 @@ class _Call:
                 f"({answer['message']}). Free that port, or unset MASTER_PORT to let databricks.air pick one."
             )
         else:  # no torch.distributed in the rank server: rank 0 hosts the store, as plain env:// init does
-            environ["MASTER_PORT"] = str(_free_port())
+            environ["MASTER_PORT"] = str(free_port())
             environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))
@@ -361,9 +347,3 @@ def _requested_port(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise RuntimeConfigurationError(f"MASTER_PORT must be a port number (1-65535), not {value!r}")
     return int(value)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]

@@ -138,7 +138,7 @@ def finish(status: int) -> None:
         os._exit(status)
 
 
-def main(call_dir: str, rank: int) -> None:
+def run(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
     # Before anything can import torch.distributed (unpickling the function may): a model that outlives
@@ -156,5 +156,10 @@ def main(call_dir: str, rank: int) -> None:
     finish(status)
 
 
+def main() -> None:
+    """Entry point of a fresh interpreter: ``python -c "...; main()" <call dir> <rank>`` (see ``python_command``)."""
+    run(sys.argv[1], int(sys.argv[2]))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main()

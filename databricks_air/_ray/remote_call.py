@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional
 from databricks.air import _variables
 from databricks.air._engine.call_files import CallFiles
 from databricks.air._engine.failures import RankOutcome, results_or_error
-from databricks.air._engine.launch import Launch, job_environ
+from databricks.air._engine.launch import Launch
+from databricks.air._engine.rank_environ import job_environ
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.supervision import Supervisor
 from databricks.air._engine.values import read_value_file
