@@ -28,9 +28,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from databricks.air import _variables, payload, tracking, validation
-from databricks.air._engine import rank_server_handle
-from databricks.air._switches import switched_on
 from databricks.air._engine import launch as engine
+from databricks.air._switches import switched_on
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import RuntimeConfigurationError, SerializationError
 
@@ -177,8 +176,7 @@ class DistributedFunction:
                 except RuntimeConfigurationError:
                     pass  # the store is unreachable: the serialization error is the one to report
             raise
-        if not self.remote:  # the rank server starts (importing torch) while the MLflow run is created
-            rank_server_handle.pool.prewarm(environ)
+        engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
         run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
         status, failure, log_dir = "FAILED", None, None
         try:
@@ -238,11 +236,9 @@ class DistributedFunction:
             grace_period=_grace_period(),
             code_files=payload.code_files(self.func),
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
+            remote=self.remote,
+            accelerator_type=self.accelerator_type,
         )
-        if self.remote:
-            from databricks.air._ray import remote_call, request  # Ray is optional: imported for remote runs only
-
-            return remote_call.run(launch, request.RankRequest(self.num_accelerators, self.accelerator_type))
         return engine.run(launch)
 
 

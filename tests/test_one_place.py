@@ -3,6 +3,7 @@
 * every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented);
 * process groups, parent death and free ports are handled in ``_engine/processes.py``;
 * whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
+* the launcher reaches the engine through its entry point, ``_engine/launch.py``;
 * no text points at a numbered item of a document that is not in the repository.
 """
 
@@ -102,13 +103,18 @@ def test_process_groups_parent_death_and_ports_are_handled_in_processes_py() -> 
 
 
 def test_one_module_asks_whether_this_is_a_jupyter_kernel() -> None:
-    users = {
-        str(path.relative_to(ROOT))
-        for path in python_files(*SOURCES)
-        for node in ast.walk(parsed(path))
-        if isinstance(node, ast.ImportFrom) and any(alias.name == "get_ipython" for alias in node.names)
-    }
-    assert users == {"databricks_air/_notebook.py"}
+    assert users_of({"get_ipython"}) == {"databricks_air/_notebook.py"}
+
+
+def test_the_launcher_reaches_the_engine_through_its_entry_point_only() -> None:
+    imported = set()
+    for node in ast.walk(parsed(PACKAGE / "launcher.py")):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    engine = "databricks.air._engine"
+    assert {name for name in imported if name.startswith(f"{engine}.")} == {f"{engine}.launch"}
 
 
 # Names of documents that live outside this repository, and numbered items of them ("item 21", "3.3").

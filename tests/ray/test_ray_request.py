@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from databricks.air._ray import remote_call
+from databricks.air._ray import ray_call as remote_call
 from databricks.air._engine.rank_environ import job_environ
 from databricks.air._ray.rank_layout import Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest, describe_nodes
