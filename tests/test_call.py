@@ -49,6 +49,7 @@ class ScriptedCall(Call):
                 self.record_exit(rank, 0 if record.kind is OutcomeKind.RETURNED else 1, record)
 
     def send(self, sig: int, ranks: Sequence[RankOutcome]) -> None:
+        assert self.supervisor is not None  # ranks are signalled while they are supervised
         self.sent.append((signal.Signals(sig).name, [o.rank for o in ranks], self.supervisor.stop_reason))
         if sig == signal.SIGKILL or self.obey:
             for outcome in ranks:
@@ -77,7 +78,7 @@ def test_ranks_that_return_give_their_values_in_rank_order_and_are_never_signall
     call = ScriptedCall(make_launch(tmp_path), {1: (1, RankRecord.returned("b")), 0: (3, RankRecord.returned("a"))})
     assert call.run() == ["a", "b"]
     assert call.sent == [] and call.closed == 1
-    assert call.supervisor.stop_reason is None
+    assert call.stop_reason is None
 
 
 def test_the_first_failure_stops_the_others_with_grace_and_names_its_reason(tmp_path: Path) -> None:
@@ -106,6 +107,7 @@ def test_the_timeout_stops_every_rank_and_is_the_calls_error(tmp_path: Path) -> 
     with pytest.raises(LocalExecutionTimeoutError, match="timeout of 0.05 s, so all 2 ranks were stopped. Raise it."):
         call.run()
     assert call.sent == [("SIGTERM", [0, 1], StopReason.TIMEOUT)]
+    assert call.stop_reason is StopReason.TIMEOUT
 
 
 def test_a_start_that_fails_is_closed_all_the_same(tmp_path: Path) -> None:

@@ -147,6 +147,26 @@ def test_large_values_come_back_whole() -> None:
     assert float(second.min()) == float(second.max()) == 1.0
 
 
+def test_returned_values_are_freed_as_soon_as_the_caller_drops_them() -> None:
+    """Nothing of a finished call holds on to its values (they may be gigabytes) until a garbage collection."""
+    import gc
+    import weakref
+
+    def tensor() -> object:
+        import torch
+
+        return torch.ones(4)
+
+    gc.disable()  # a collection would hide a reference cycle
+    try:
+        values = cpu2(tensor).distributed()
+        kept = [weakref.ref(value) for value in values]
+        del values
+        assert [ref() for ref in kept] == [None, None]
+    finally:
+        gc.enable()
+
+
 def test_a_call_reports_its_log_directory(capfd: pytest.CaptureFixture[str]) -> None:
     def talk() -> None:
         print(f"hello from {os.environ['RANK']}")

@@ -20,7 +20,7 @@ grace (:meth:`Call.stop`: SIGTERM, then :meth:`Call.kill` after the grace period
 every rank's value or the call's error (:func:`~databricks.air._engine.failures.results_or_error`); close.
 
 Anything that must look at the ranks before they are stopped belongs at the start of :meth:`Call.stop`, while
-every rank it stops still runs: the supervisor has marked stopping and its reason
+every rank it stops still runs: the supervisor (:attr:`Call.supervisor`) has marked stopping and its reason
 (:attr:`~databricks.air._engine.supervision.Supervisor.stop_reason`) by then, and a second interrupt during it kills
 at once.
 
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 from databricks.air._engine.failures import results_or_error
 from databricks.air._engine.outcome import RankOutcome, RankRecord
 from databricks.air._engine.output import RankOutput, make_outputs
-from databricks.air._engine.supervision import Supervisor
+from databricks.air._engine.supervision import StopReason, Supervisor
 
 if TYPE_CHECKING:
     from databricks.air.compute import AcceleratorType
@@ -89,13 +89,10 @@ class Call(abc.ABC):
         """Every started rank's outcome, by rank."""
         self.outputs: Dict[int, RankOutput] = {}
         """Every rank's output (its log file, and the caller's streams for the ranks shown), by rank."""
-        self.supervisor = Supervisor(
-            receive=self._receive,
-            running=lambda: bool(self.running()),
-            terminate=self.stop,
-            kill=self.kill,
-            grace_period=launch.grace_period,
-        )
+        self.supervisor: Optional[Supervisor] = None
+        """The stopping rules at work, while :meth:`supervise` runs."""
+        self.stop_reason: Optional[StopReason] = None
+        """Why the ranks were stopped, once supervision is over (``None``: they all ended on their own)."""
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
 
@@ -151,7 +148,20 @@ class Call(abc.ABC):
 
     def supervise(self, deadline: Optional[float]) -> None:
         """Wait until every rank has ended, stopping them all on the first failure, the deadline or an interrupt."""
-        self.supervisor.run(deadline)
+        supervisor = self.supervisor = Supervisor(
+            receive=self._receive,
+            running=lambda: bool(self.running()),
+            terminate=self.stop,
+            kill=self.kill,
+            grace_period=self.launch.grace_period,
+        )
+        try:
+            supervisor.run(deadline)
+        finally:
+            self.stop_reason = supervisor.stop_reason
+            # Its hooks hold this call, and the call holds every rank's value: let go, so that the values go as soon
+            # as the caller drops them (not at the next garbage collection: they may be gigabytes).
+            self.supervisor = None
         self.drain()
 
     def results(self) -> List[Any]:
@@ -159,7 +169,7 @@ class Call(abc.ABC):
         launch = self.launch
         return results_or_error(
             self.outcomes.values(),
-            self.supervisor.stop_reason,
+            self.stop_reason,
             name=launch.name,
             log_dir=launch.log_dir,
             timeout=launch.timeout,
@@ -190,5 +200,7 @@ class Call(abc.ABC):
 
     def _receive(self, seconds: float) -> None:
         self.poll(seconds)
-        if any(not outcome.running and not outcome.succeeded for outcome in self.outcomes.values()):
+        if self.supervisor is not None and any(
+            not outcome.running and not outcome.succeeded for outcome in self.outcomes.values()
+        ):
             self.supervisor.stop()  # the first failure stops every rank (later calls change nothing)
