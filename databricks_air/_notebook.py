@@ -33,7 +33,4 @@ def show(html: str, line: str, metadata: Optional[Dict[str, Any]] = None) -> Non
         return
     from IPython.display import HTML, display
 
-    if metadata is None:
-        display(HTML(html))
-    else:
-        display(HTML(html), metadata=metadata)
+    display(HTML(html), metadata=metadata)

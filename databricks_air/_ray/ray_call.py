@@ -75,8 +75,10 @@ class RayCall(Call):
 
     def __init__(self, launch: Launch) -> None:
         super().__init__(launch)
+        if launch.accelerator_type is None:
+            raise ValueError("a call on Ray needs the accelerator type of its ranks (Launch.accelerator_type)")
         self.ray = import_ray()
-        self.request = RankRequest(launch.world_size, launch.accelerator_type)  # type: ignore[arg-type]
+        self.request = RankRequest(launch.world_size, launch.accelerator_type)
         self.group: Any = None
         self.bundle: Dict[str, float] = {}
         self.hosts: List[Any] = []  # by bundle
