@@ -80,7 +80,7 @@ def users_of(names: Set[str]) -> Set[str]:
     for path in python_files(*SOURCES):
         for name, _ in calls_and_imports(parsed(path)):
             if name in names:
-                found.add(str(path.relative_to(PACKAGE.parent)))
+                found.add(str(path.relative_to(ROOT)))
     return found
 
 
