@@ -40,6 +40,18 @@ SYSTEM_METRICS_SECONDS = "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS"
 DATA_CACHE_DIR = "DATABRICKS_AIR_DATA_CACHE_DIR"
 """Where datasets keep their local copies (default: ``databricks-air-data`` in the temp directory)."""
 
+HOME = "DATABRICKS_AIR_HOME"
+"""Where the ``air`` workload command keeps its runs, cached environments and secrets (default ``~/.air``)."""
+
+SECRET_PREFIX = "DATABRICKS_AIR_SECRET_"
+"""``DATABRICKS_AIR_SECRET_<SCOPE>__<KEY>`` holds a workload secret (for CI systems that inject secrets so)."""
+
+RETRY_DELAY_SECONDS = "DATABRICKS_AIR_RETRY_DELAY_SECONDS"
+"""Seconds a workload waits between a failed attempt and its retry."""
+
+WORKLOAD_TIMEOUT_SECONDS = "DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS"
+"""A workload attempt's time limit in seconds, in place of ``timeout_minutes`` (for tests)."""
+
 BETA_NOTICE_SHOWN = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
 """Set once the Beta notice was shown (the reference's name), so that ranks and Ray actors do not repeat it."""
 

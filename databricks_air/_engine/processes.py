@@ -31,6 +31,7 @@ it.
 """
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def kill_group(pgid: int, sig: int) -> None:
@@ -53,6 +54,18 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux ``PR_SET_CHILD_SUBREAPER``); False where
+    that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
