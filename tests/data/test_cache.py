@@ -173,11 +173,11 @@ def test_e4_a_failed_copy_leaves_nothing_at_the_final_path(files: Callable[..., 
     dataset = UCVolumeDataset(folder, filesystem=DiesHalfway())
     with pytest.raises(PermissionError):
         list(dataset)
-    files_dir = Path(dataset._workspace.path) / "files"
+    files_dir = Path(dataset._storage.workspace.path) / "files"
     # The error comes from the first failed copy; copies of other files already in flight on I/O threads fail and
     # clean up on their own threads, so their temporaries may outlive the raise by a moment.
     assert wait_until(lambda: list(files_dir.rglob("*")) == [], timeout=10), list(files_dir.rglob("*"))
-    assert wait_until(lambda: dataset._cache.usage_bytes() == 0, timeout=10)  # every reservation was given back
+    assert wait_until(lambda: dataset._storage.cache().usage_bytes() == 0, timeout=10)  # reservations given back
 
 
 KILLED_MID_COPY = """
@@ -195,7 +195,7 @@ class Slow(RemoteFileSystem):
             time.sleep(60)
 
 dataset = UCVolumeDataset({folder!r}, filesystem=Slow())
-print("WORKSPACE", dataset._ensure_workspace().path, flush=True)
+print("WORKSPACE", dataset._storage.ensure_workspace().path, flush=True)
 list(dataset)
 """
 
