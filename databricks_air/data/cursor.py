@@ -8,8 +8,8 @@ cursor) moves it through a :class:`Pass`:
 * :meth:`~EpochCursor.begin` settles the position (an epoch read to its end is the next epoch's start), numbers
   the pass, and publishes it on the control block for the DataLoader's workers (without workers, the DataLoader
   leaves it to the dataset's next iteration in this process with :meth:`~EpochCursor.serve`);
-* :meth:`~EpochCursor.advance` counts what the training loop received: an item at a time when the dataset is
-  iterated directly, a batch at a time through the DataLoader;
+* :meth:`~EpochCursor.advance` counts what the training loop received, a batch at a time (a dataset iterated
+  directly sets ``delivered`` item by item itself);
 * :meth:`~EpochCursor.release` tells the workers which positions have been used, so that their files may be
   evicted from the cache;
 * :meth:`~EpochCursor.end` moves to the start of the next epoch once a pass has run to its end.
