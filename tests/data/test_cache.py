@@ -20,7 +20,7 @@ from databricks.air.data import DataLoader, UCVolumeDataset
 from databricks.air.data.cache import FileCache
 from databricks.air.data.workspace import Workspace, reclaim_abandoned
 
-from .conftest import RemoteFileSystem
+from .conftest import RemoteFileSystem, file_cache, volume_of
 
 SIZE = 1024
 
@@ -253,3 +253,13 @@ def test_e5_forkserver_workers_work_too(files: Callable[..., Path]) -> None:
     assert [len(b) for b in batches] == [3, 3]
     for batch in batches:
         _open_all(batch)
+
+
+def test_a_worker_that_opens_the_cache_while_another_creates_its_lock_file_reads_zeros(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "cache.lock").touch()  # another worker created it and has not written its bytes yet
+    root = volume_of(tmp_path, {"a.bin": b"data"})
+    cache = file_cache(tmp_path, limit_bytes=1000)
+    cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
+    assert cache.usage_bytes() == 4
+    assert file_cache(tmp_path, limit_bytes=1000).usage_bytes() == 4  # opening it again keeps the count
