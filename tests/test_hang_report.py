@@ -119,3 +119,12 @@ def test_user_files_are_neither_libraries_nor_this_package() -> None:
     assert not is_user_file(torch.__file__)
     assert not is_user_file(databricks.air.__file__)
     assert not is_user_file("<string>")
+
+
+def test_a_collective_torch_has_not_marked_completed_is_no_wait_once_the_rank_moved_on() -> None:
+    report = build([
+        RankView(0, snapshot=_snapshot(0, _in_collective(), [_default(4, 3)])),
+        RankView(1, snapshot=_snapshot(1, _sleeping(), [_default(3, 2)])),  # #3 done, not yet marked so
+    ], now=NOW)
+    assert "rank 1: running its own code (2 collectives completed)" in report.table[1]
+    assert report.suspects == [1] and report.verdict.startswith("Rank 1 is behind")

@@ -28,6 +28,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from databricks.air._engine.snapshot import Collective, Frame, GroupPosition, RankSnapshot, ThreadStack
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DISTRIBUTED = os.path.join("torch", "distributed", "")
 _LIBRARY_PATH = re.compile(r"/(site-packages|dist-packages)/|/lib/python\d+\.\d+/")
 _RENDEZVOUS_FUNCTIONS = {"init_process_group", "rendezvous", "_store_based_barrier", "_create_c10d_store",
                          "_env_rendezvous_handler", "_tcp_rendezvous_handler", "init_device_mesh"}
@@ -111,9 +112,15 @@ def _library_prefixes() -> Tuple[str, ...]:
 
 
 def _waiting(snapshot: Optional[RankSnapshot]) -> List[Tuple[GroupPosition, Collective]]:
+    """The collectives the rank waits in: issued, not completed, and its main thread in ``torch.distributed``
+    (or no stack to tell)."""
     if snapshot is None or not snapshot.groups:
         return []
-    return [(group, group.waiting) for group in snapshot.groups if group.waiting is not None]
+    pending = [(group, group.pending) for group in snapshot.groups if group.pending is not None]
+    thread = snapshot.main_thread
+    if pending and thread is not None and thread.frames and not any(_TORCH_DISTRIBUTED in f.file for f in thread.frames):
+        return []  # torch has not marked the last one completed yet, but the rank has moved on
+    return pending  # type: ignore[return-value]
 
 
 def _in_rendezvous(snapshot: Optional[RankSnapshot]) -> bool:

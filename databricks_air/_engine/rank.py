@@ -26,6 +26,7 @@ from typing import Optional
 
 import cloudpickle
 
+from databricks.air._engine import rank_probe
 from databricks.air._engine.call_files import CallFiles
 from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
@@ -123,10 +124,11 @@ def finish(status: int) -> None:
 def run(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
+    files = CallFiles(call_dir)
+    rank_probe.install(files.stacks(rank), files.probe(rank))  # from the start: unpickling the function may hang
     # Before anything can import torch.distributed (unpickling the function may): a model that outlives
     # destroy_process_group() must not deadlock the rank when it is freed (see process_groups).
     keep_destroyed_groups()
-    files = CallFiles(call_dir)
     status = 1
     try:
         apply_setup(files, rank)

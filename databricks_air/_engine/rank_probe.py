@@ -17,6 +17,7 @@ The caller side is :mod:`databricks.air._engine.snapshot`.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 STACK_SIGNAL = signal.SIGWINCH
 """The signal on which a rank writes its stacks (see the module docstring for why this one)."""
@@ -38,21 +39,45 @@ _kept: List[Any] = []  # the open stack file and the server: alive as long as th
 
 
 def install(stack_path: str, socket_path: str) -> None:
-    """Register the stack dump on :data:`STACK_SIGNAL` and start serving requests on ``socket_path``."""
-    stream = open(stack_path, "ab", buffering=0)  # faulthandler writes to the descriptor until the rank ends
-    if stream.tell() == 0:  # faulthandler's dump names threads by id only: say which one is the main thread
-        stream.write(STACK_FILE_HEADER.format(ident=threading.main_thread().ident).encode())
-    faulthandler.register(STACK_SIGNAL, file=stream, all_threads=True, chain=False)
-    _kept.append(stream)
+    """Register the stack dump on :data:`STACK_SIGNAL` and start serving requests on ``socket_path``.
+
+    Never fails the rank: a part that cannot be set up is left out, and a snapshot names what is missing.
+    """
     try:
-        os.unlink(socket_path)  # left by an earlier rank of the same number (Ray reuses its folders)
-    except FileNotFoundError:
+        stream = open(stack_path, "ab", buffering=0)  # faulthandler writes to the descriptor until the rank ends
+        if stream.tell() == 0:  # faulthandler's dump names threads by id only: say which one is the main thread
+            stream.write(STACK_FILE_HEADER.format(ident=threading.main_thread().ident).encode())
+        faulthandler.register(STACK_SIGNAL, file=stream, all_threads=True, chain=False)
+        _kept.append(stream)
+    except (OSError, RuntimeError, ValueError):
         pass
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(socket_path)
-    server.listen(4)
+    try:
+        try:
+            os.unlink(socket_path)  # left by an earlier rank of the same number (Ray reuses its folders)
+        except FileNotFoundError:
+            pass
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with socket_address(socket_path) as address:
+            server.bind(address)
+        server.listen(4)
+    except OSError:
+        return
     _kept.append(server)
     threading.Thread(target=_serve, args=(server,), name="databricks.air probe", daemon=True).start()
+
+
+@contextlib.contextmanager
+def socket_address(path: str) -> Iterator[str]:
+    """``path`` as a Unix socket address: itself, or, past the 107 bytes an address may hold (a long TMPDIR), the
+    same file reached through ``/proc/self/fd`` and a descriptor of its folder, held open meanwhile."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{os.path.basename(path)}"
+    finally:
+        os.close(folder)
 
 
 def _serve(server: socket.socket) -> None:

@@ -32,6 +32,8 @@ DEFAULT_BUDGET = 5.0
 """Seconds a whole snapshot may take, whatever the number of ranks."""
 
 _SETTLE_SECONDS = 0.05  # the stack file is complete once it has stopped growing for this long
+_LIVENESS_SECONDS = 0.2  # how often a wait for a rank's answer checks that the rank still runs
+_RANK_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +85,9 @@ class GroupPosition:
     active: List[Collective]
 
     @property
-    def waiting(self) -> Optional[Collective]:
-        """The collective the rank waits in: the oldest it issued and that has not completed."""
+    def pending(self) -> Optional[Collective]:
+        """The oldest collective the rank issued in this group that has not completed (torch may mark a completion
+        a moment after the rank went on: whether the rank *waits* in it is for its stack to say)."""
         return min(self.active, key=lambda c: c.seq) if self.active and self.enqueued > self.completed else None
 
     @property
@@ -143,8 +146,8 @@ def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
     except ProcessLookupError:
         signalled = False
         snapshot.sources["stacks"] = "the rank had already exited"
-    reply = _ask_probe(target.socket_path, "snapshot", deadline, snapshot.sources)
-    dump = _read_dump(target.stack_path, offset, deadline) if signalled else ""
+    reply = _ask_probe(target.socket_path, "snapshot", deadline, snapshot.sources, target.pid)
+    dump = _read_dump(target.stack_path, offset, deadline, target.pid) if signalled else ""
     if signalled:
         snapshot.sources["stacks"] = "ok" if dump else (
             "no stack written in time (the rank may be stopped, or its code replaced the SIGWINCH handler)"
@@ -158,23 +161,54 @@ def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
     return snapshot
 
 
+def ask_all_collectives(targets: Sequence[ProbeTarget], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
+    """:func:`ask_collectives` of every target, in parallel, by rank."""
+    if not targets:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="air-probe") as pool:
+        answers = pool.map(lambda target: ask_collectives(target, timeout), targets)
+        return {target.rank: answer for target, answer in zip(targets, answers)}
+
+
 def ask_collectives(target: ProbeTarget, timeout: float) -> Optional[List[GroupPosition]]:
     """Only the collectives of one rank (cheap: no stacks), or ``None`` when its probe does not answer."""
     reply = _ask_probe(target.socket_path, "collectives", time.monotonic() + timeout, {})
     return None if reply is None else parse_groups(reply.get("collectives") or {}, {})
 
 
-def _ask_probe(path: str, request: str, deadline: float, sources: Dict[str, str]) -> Optional[Dict[str, Any]]:
+class _Ended(Exception):
+    """The rank ended while it was being asked."""
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            return stream.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _ask_probe(path: str, request: str, deadline: float, sources: Dict[str, str],
+               pid: Optional[int] = None) -> Optional[Dict[str, Any]]:
     started = time.monotonic()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(max(0.05, deadline - started))
-            connection.connect(path)
+            with rank_probe.socket_address(path) as address:
+                connection.connect(address)
             connection.sendall(request.encode())
             chunks = []
             while True:
-                connection.settimeout(max(0.05, deadline - time.monotonic()))
-                chunk = connection.recv(1 << 16)
+                connection.settimeout(min(_LIVENESS_SECONDS, max(0.05, deadline - time.monotonic())))
+                try:
+                    chunk = connection.recv(1 << 16)
+                except socket.timeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                    if pid is not None and not alive(pid):
+                        raise _Ended() from None
+                    continue
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -183,6 +217,9 @@ def _ask_probe(path: str, request: str, deadline: float, sources: Dict[str, str]
             f"no answer within {time.monotonic() - started:.1f} s (the rank may hold the GIL, in C code or a "
             "tight loop; its stacks say where)"
         )
+        return None
+    except _Ended:
+        sources["probe"] = "the rank ended while it was asked"
         return None
     except (FileNotFoundError, ConnectionRefusedError):
         sources["probe"] = "not listening (the rank had not started its function, or had ended)"
@@ -227,8 +264,8 @@ def _size(path: str) -> int:
         return 0
 
 
-def _read_dump(path: str, offset: int, deadline: float) -> str:
-    """What ``faulthandler`` appended to ``path`` after ``offset``, once it has stopped growing."""
+def _read_dump(path: str, offset: int, deadline: float, pid: int) -> str:
+    """What ``faulthandler`` appended to ``path`` after ``offset``, once it has stopped growing (or the rank ended)."""
     last_size, last_change = offset, time.monotonic()
     while True:
         now = time.monotonic()
@@ -237,7 +274,7 @@ def _read_dump(path: str, offset: int, deadline: float) -> str:
             last_size, last_change = size, now
         elif size > offset and now - last_change >= _SETTLE_SECONDS:
             break
-        if now >= deadline:
+        if now >= deadline or (size == offset and not alive(pid)):
             break
         time.sleep(0.01)
     if last_size <= offset:
@@ -283,6 +320,14 @@ def parse_faulthandler(text: str, main_ident: Optional[int]) -> List[ThreadStack
     return threads
 
 
+def _below_the_launcher(frames: List[Frame]) -> List[Frame]:
+    """The frames below the rank's own machinery (the rank server, the call of the user's function)."""
+    for index in range(len(frames) - 1, -1, -1):
+        if frames[index].file == _RANK_MODULE and frames[index].function == "run_function":
+            return frames[index + 1:]
+    return frames
+
+
 def _is_probe(thread: ThreadStack) -> bool:
     """The probe's own thread, waiting for requests: not where the rank is."""
     return any(frame.file == rank_probe.__file__ and frame.function == "_serve" for frame in thread.frames)
@@ -292,13 +337,13 @@ def _render(snapshot: RankSnapshot, dump: str) -> str:
     lines = [f"rank {snapshot.rank} (pid {snapshot.pid}), taken at {time.strftime('%H:%M:%S', time.localtime(snapshot.taken_at))}"]
     lines += [f"  {source}: {state}" for source, state in sorted(snapshot.sources.items())]
     for group in snapshot.groups or []:
-        waiting = group.waiting
-        where = f", waiting in {waiting.op} #{waiting.seq} {waiting.sizes}" if waiting else ""
+        pending = group.pending
+        where = f", not completed: {pending.op} #{pending.seq} {pending.sizes}" if pending else ""
         lines.append(f"  {group.label}: issued {group.enqueued}, completed {group.completed}{where}")
     for thread in snapshot.threads:
         lines.append("")
         lines.append(f"{'Main thread' if thread.main else 'Thread'} {thread.name} (most recent call last):")
-        for frame in thread.frames:
+        for frame in _below_the_launcher(thread.frames):
             lines.append(f'  File "{frame.file}", line {frame.line}, in {frame.function}')
             if frame.source:
                 lines.append(f"    {frame.source}")

@@ -17,6 +17,11 @@ from databricks.air._engine.snapshot import GroupPosition
 DEFAULT_STALL_SECONDS = 600.0
 
 
+def check_interval(stall_seconds: float) -> float:
+    """How often to ask the ranks where they are: a quarter of the window, between 0.5 and 30 s."""
+    return min(30.0, max(0.5, stall_seconds / 4)) if stall_seconds > 0 else float("inf")
+
+
 @dataclasses.dataclass(frozen=True)
 class RankPosition:
     """One rank at one observation: ended, or its groups (``None`` when its probe did not answer)."""
@@ -65,7 +70,7 @@ class StallWatch:
         waiting: Dict[Tuple[str, int], List[Tuple[int, GroupPosition, float]]] = {}
         for position in positions:
             for group in position.groups or ():
-                collective = group.waiting
+                collective = group.pending
                 if collective is not None:
                     waiting.setdefault((group.group, collective.seq), []).append(
                         (position.rank, group, collective.since)
@@ -86,7 +91,7 @@ class StallWatch:
                 continue
             self._reported.add((group_id, seq))
             group = waiters[0][1]
-            op = group.waiting.op if group.waiting is not None else "?"
+            op = group.pending.op if group.pending is not None else "?"
             return Stall(group_id, group.label, seq, op, tuple(sorted(waiting_ranks)), behind, longest)
         return None
 
