@@ -298,3 +298,42 @@ def test_no_snapshot_when_turned_off(marks: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(LocalExecutionTimeoutError) as caught:
         call.distributed(str(marks))
     assert "Where the ranks were" not in str(caught.value)
+
+
+def test_a_tracked_call_keeps_the_snapshot_and_names_the_suspect(
+    marks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DATABRICKS_AIR_SYSTEM_METRICS", "0")
+    monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1.5")
+    call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(sleeps_before_second_all_reduce)
+    _when(lambda: len(list(marks.iterdir())) == 2 and (Path(call.last_log_dir or "/") / "stall_1").exists(),
+          _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        call.distributed(str(marks))
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "KILLED"
+    assert run.data.tags["databricks.air.suspect_ranks"] == "1"
+    kept = {a.path for a in client.list_artifacts(run.info.run_id, "snapshot")}
+    assert {"snapshot/summary.txt", "snapshot/rank_0.txt", "snapshot/rank_1.txt", "snapshot/stall_1"} <= kept
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "snapshot/stall_1")} >= {
+        "snapshot/stall_1/summary.txt"}
+
+
+def probe_threads() -> List[str]:
+    import threading
+
+    return [thread.name for thread in threading.enumerate() if thread.name == "databricks.air probe"]
+
+
+def test_with_the_snapshot_and_the_stall_watch_off_no_rank_runs_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = distributed(accelerator_type="CPU", num_accelerators=2)(probe_threads)
+    assert call.distributed() == [["databricks.air probe"]] * 2
+    monkeypatch.setenv("DATABRICKS_AIR_SNAPSHOT_SECONDS", "0")
+    monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "0")
+    assert call.distributed() == [[], []]

@@ -27,7 +27,9 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+from databricks.air import _variables
 
 STACK_SIGNAL = signal.SIGWINCH
 """The signal on which a rank writes its stacks (see the module docstring for why this one)."""
@@ -36,6 +38,19 @@ STACK_FILE_HEADER = "# databricks.air: main thread {ident:#018x}\n"
 
 _REQUEST_BYTES = 64
 _kept: List[Any] = []  # the open stack file and the server: alive as long as the rank
+
+
+def wanted(environ: Mapping[str, str]) -> bool:
+    """Whether the call (whose variables are ``environ``) may look at its ranks: not when both the snapshot and the
+    stall watch are turned off (``0``)."""
+    return not all(_zero(environ.get(name, "")) for name in (_variables.SNAPSHOT_SECONDS, _variables.STALL_SECONDS))
+
+
+def _zero(value: str) -> bool:
+    try:
+        return float(value) <= 0
+    except ValueError:
+        return False
 
 
 def install(stack_path: str, socket_path: str) -> None:
