@@ -15,15 +15,15 @@ remote call takes the same snapshot on each node.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import linecache
 import os
 import re
 import socket
+import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from databricks.air._engine import rank_probe
 from databricks.air._engine.rank_probe import STACK_SIGNAL
@@ -117,23 +117,37 @@ class RankSnapshot:
 
 def take(targets: Sequence[ProbeTarget], budget: float = DEFAULT_BUDGET) -> Dict[int, RankSnapshot]:
     """Snapshots of every target, taken in parallel within ``budget`` seconds, by rank."""
-    if not targets:
-        return {}
     deadline = time.monotonic() + budget
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="air-snapshot")
-    try:
-        futures = {target.rank: pool.submit(take_rank, target, deadline) for target in targets}
-        snapshots: Dict[int, RankSnapshot] = {}
-        for target in targets:
-            try:
-                snapshots[target.rank] = futures[target.rank].result(timeout=max(0.0, deadline - time.monotonic()) + 1)
-            except Exception as error:  # noqa: BLE001 - one rank's failure must not lose the others'
-                snapshots[target.rank] = RankSnapshot(
-                    target.rank, target.pid, time.time(), sources={"snapshot": f"failed: {error!r}"}
-                )
-        return snapshots
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    answers = _in_parallel(targets, lambda target: take_rank(target, deadline), deadline + 1, "air-snapshot")
+    snapshots: Dict[int, RankSnapshot] = {}
+    for target in targets:
+        answer = answers.get(target.rank, TimeoutError("no snapshot within the budget"))
+        if isinstance(answer, BaseException):  # one rank's failure must not lose the others'
+            answer = RankSnapshot(target.rank, target.pid, time.time(), sources={"snapshot": f"failed: {answer!r}"})
+        snapshots[target.rank] = answer
+    return snapshots
+
+
+def _in_parallel(targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], Any], deadline: float,
+                 name: str) -> Dict[int, Any]:
+    """``ask(target)`` for every target at once, each on a daemon thread; by rank, what each returned or raised by
+    ``deadline`` (``time.monotonic()``). Plain threads, not ``concurrent.futures``: this runs in the caller, whose
+    working directory may hold a user's ``concurrent.py`` (see tests/test_lifecycle.py)."""
+    answers: Dict[int, Any] = {}
+
+    def run(target: ProbeTarget) -> None:
+        try:
+            answers[target.rank] = ask(target)
+        except Exception as error:  # noqa: BLE001 - handed to the caller as the answer
+            answers[target.rank] = error
+
+    threads = [threading.Thread(target=run, args=(target,), name=f"{name}-{target.rank}", daemon=True)
+               for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return dict(answers)
 
 
 def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
@@ -162,12 +176,11 @@ def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
 
 
 def ask_all_collectives(targets: Sequence[ProbeTarget], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
-    """:func:`ask_collectives` of every target, in parallel, by rank."""
-    if not targets:
-        return {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="air-probe") as pool:
-        answers = pool.map(lambda target: ask_collectives(target, timeout), targets)
-        return {target.rank: answer for target, answer in zip(targets, answers)}
+    """:func:`ask_collectives` of every target, in parallel, by rank (``None`` for a rank that did not answer)."""
+    answers = _in_parallel(targets, lambda target: ask_collectives(target, timeout), time.monotonic() + timeout + 1,
+                           "air-probe")
+    return {target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
+            for target in targets}
 
 
 def ask_collectives(target: ProbeTarget, timeout: float) -> Optional[List[GroupPosition]]:
