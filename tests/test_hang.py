@@ -238,7 +238,9 @@ def test_a_rank_that_never_calls_init_process_group(marks: Path) -> None:
 def test_mismatched_collectives_are_named(marks: Path) -> None:
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(mismatched)
     _when(_both_in_position(marks), _interrupt)
-    with pytest.raises(KeyboardInterrupt):
+    # gloo does not check that peers run the same collective: the mismatched messages may crash a rank (SIGSEGV)
+    # while the launcher looks, which then is the call's error. The report of where they were is written either way.
+    with pytest.raises((KeyboardInterrupt, DistributedExecutionError)):
         call.distributed(str(marks))
     summary = (next(Path(os.environ["DATABRICKS_AIR_LOG_DIR"]).glob("*/snapshot")) / "summary.txt").read_text()
     assert ("The ranks diverged at collective #2 of the default group: rank 0 in all_reduce [[4]], rank 1 in "
