@@ -87,6 +87,28 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     for page in ("index.html", "api/index.html", "troubleshooting/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
+    _check_api_pages(tmp_path / "site" / "api")
+
+
+def _check_api_pages(api: Path) -> None:
+    """The API pages show what users write and read: the import path, defaults by value, no private names."""
+    import html
+    import re
+
+    signatures = {
+        page.parent.name: [" ".join(html.unescape(re.sub(r"<[^>]+>", "", s)).split())
+                           for s in re.findall(r'<div class="doc-signature[^"]*">(.*?)</div>', page.read_text(), re.S)]
+        for page in api.rglob("index.html")
+    }
+    shown = "\n".join(s for page in signatures.values() for s in page)
+    assert "DEFAULT_TIMEOUT" not in shown and "_UNSET" not in shown
+    index = (api / "index.html").read_text()
+    assert 'id="databricks.air.distributed"' in index and 'id="databricks.air.launcher.distributed"' not in index
+    (decorator,) = [s for s in signatures["api"] if s.startswith("distributed(num_accelerators")]
+    assert "timeout: Optional[Union[int, float]] = 10800" in decorator
+    assert decorator.index("num_accelerators") < decorator.index("gpus:")  # the current names first
+    assert any("timeout: Any = <unchanged>" in s for s in signatures["api"])  # with_overrides
+    assert not any(s.startswith("DistributedFunction(gpus") for s in signatures["api"])  # not its old-style init
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
