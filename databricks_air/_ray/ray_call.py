@@ -134,6 +134,7 @@ class RayCall(Call):
                 {**common, **rank_environ(self.places, place.rank, master_port)},
                 function,
                 arguments,
+                launch.argv,
             )
             for place in self.places
         ]
