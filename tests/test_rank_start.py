@@ -6,7 +6,8 @@
   name (``pickle``, ``torch.save``), and by value into the processes the rank spawns (a spawn ``DataLoader``,
   ``torch.multiprocessing.spawn``);
 * such code keeps its file name and source: ``inspect.getsource``, ``linecache``, tracebacks and
-  ``torch.jit.script`` work as in the caller.
+  ``torch.jit.script`` work as in the caller;
+* packages that read the rank when imported are never preloaded into the rank server.
 
 The same in a notebook kernel, where the source of the code exists only in the kernel, is at the end.
 """
@@ -246,6 +247,37 @@ def test_code_of_the_callers_script_has_its_file_and_source_in_the_rank(run_scri
     for text in (remote, done.stderr):
         assert expected in text, text
         assert "<dynamic-code>" not in text
+
+
+# --- packages that read the rank at import ------------------------------------------------------------------------
+
+
+def lightning_ranks() -> tuple:
+    from pytorch_lightning.utilities import rank_zero_only
+
+    return rank_zero_only.rank, int(os.environ["RANK"])
+
+
+def test_lightning_is_not_preloaded_since_it_reads_the_rank_at_import(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("pytorch_lightning")
+    monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "pytorch_lightning")
+    assert cpu2(lightning_ranks).distributed() == [(0, 0), (1, 1)]
+    assert "not preloading pytorch_lightning: it reads the rank (RANK, LOCAL_RANK) when imported" in capfd.readouterr().err
+
+
+def test_a_preload_that_imports_lightning_makes_ranks_start_as_new_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("pytorch_lightning")
+    (tmp_path / "air_test_uses_lightning.py").write_text("import pytorch_lightning\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "air_test_uses_lightning")
+    assert cpu2(lightning_ranks).distributed() == [(0, 0), (1, 1)]
+    err = capfd.readouterr().err
+    assert "DATABRICKS_AIR_PRELOAD imported lightning_fabric, pytorch_lightning, torchmetrics, which read" in err
+    assert "ranks start as new interpreters instead" in err
 
 
 # --- in a notebook kernel -----------------------------------------------------------------------------------------
