@@ -37,6 +37,11 @@ __all__ = ["distributed"]
 
 DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
 
+CPU_RANK_ENVIRON = {"ACCELERATE_USE_CPU": "true"}
+"""What libraries read to run on CPU, for CPU ranks (a variable the caller set is left as it is): ``accelerate``'s
+``Accelerator()`` and Hugging Face ``Trainer`` would otherwise run each rank as a training of its own on a machine
+without GPUs (they look for GPUs before they look at ``WORLD_SIZE``), or train on the GPUs of one that has them."""
+
 _UNSET: Any = object()
 
 
@@ -183,6 +188,8 @@ class DistributedFunction:
             log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
             self.last_log_dir = log_dir
             kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
+            if kind == "CPU":
+                environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             print(
                 f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
                 file=sys.stderr,
@@ -234,6 +241,7 @@ class DistributedFunction:
             environ=environ,
             cwd=os.getcwd(),
             sys_path=list(sys.path),
+            argv=list(sys.argv),
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
@@ -243,7 +251,6 @@ class DistributedFunction:
             snapshot_seconds=_seconds(_variables.SNAPSHOT_SECONDS, 5.0),
             stall_seconds=_seconds(_variables.STALL_SECONDS, 600.0),
             on_report=run.keep_snapshot if run is not None else None,
-            code_files=payload.code_files(self.func),
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
             accelerator_type=self.accelerator_type,

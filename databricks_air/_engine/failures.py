@@ -7,9 +7,7 @@ output, and lists every rank's fate. The exception is an instance of the root-ca
 
 from __future__ import annotations
 
-import linecache
 import pickle
-import re
 import signal
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
@@ -75,29 +73,6 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
     return error if isinstance(error, BaseException) else None
 
 
-_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
-
-
-def restore_code_files(traceback_text: str, code_files: Mapping[str, str]) -> str:
-    """Put real file names (and source lines, where the caller has them) into a rank's traceback.
-
-    Functions shipped by value carry ``<dynamic-code>`` as their file; ``code_files`` maps function names back.
-    """
-    lines: List[str] = []
-    for line in traceback_text.splitlines():
-        match = _DYNAMIC_FRAME.match(line)
-        filename = code_files.get(match.group(3)) if match else None
-        if match is None or filename is None:
-            lines.append(line)
-            continue
-        indent, number, function = match.groups()
-        lines.append(f'{indent}File "{filename}", line {number}, in {function}')
-        source = linecache.getline(filename, int(number)).strip()
-        if source:
-            lines.append(f"{indent}  {source}")
-    return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
-
-
 def results_or_error(
     outcomes: Iterable[RankOutcome],
     stop_reason: Optional[StopReason],
@@ -106,7 +81,6 @@ def results_or_error(
     log_dir: str,
     timeout: Optional[float] = None,
     timeout_note: str = "",
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
 ) -> List[Any]:
@@ -114,12 +88,12 @@ def results_or_error(
     interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
 
     ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
-    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s;
-    ``stop_report`` says where the ranks were when stopping began.
+    timeout message (how to change the limit); ``hints`` are :func:`build_error`'s; ``stop_report`` says where the
+    ranks were when stopping began.
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, name, log_dir, code_files, hints, stop_report)
+        raise build_error(ordered, name, log_dir, hints, stop_report)
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
@@ -139,7 +113,6 @@ def build_error(
     outcomes: List[RankOutcome],
     name: str,
     log_dir: str,
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
 ) -> DistributedExecutionError:
@@ -152,8 +125,6 @@ def build_error(
     exit_codes = {o.rank: o.status for o in outcomes}
     record = root.record
     traceback_text = record.traceback if record is not None and root.kind is OutcomeKind.RAISED else None
-    if traceback_text:
-        traceback_text = restore_code_files(traceback_text, code_files or {})
 
     headline = _headline(root, original, world_size)
     sections = [f"{name}: {headline}"]
