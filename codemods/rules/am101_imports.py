@@ -3,6 +3,10 @@
 * ``from serverless_gpu[.sub] import a, b as c`` -> ``from databricks.air[.sub] import a, b as c``;
 * ``import serverless_gpu[.sub] [as x]`` -> ``import databricks.air[.sub] [as x]``; without an alias, the code's
   ``serverless_gpu.y`` becomes ``databricks.air.y`` (with an alias, ``x.y`` is left as written);
+* the submodules are those ``databricks.air`` has under the same name (:data:`SUBMODULES`: ``launcher``, ``ray``,
+  ``compute``...); ``serverless_gpu.api``, an old path seen in public code, exports the top-level names, so it
+  becomes ``databricks.air`` itself (except in a plain ``import serverless_gpu.api``, whose uses would need
+  rewriting: reported); any other submodule has no counterpart and is reported, with its uses left as written;
 * an import that ``databricks.air`` already provides in this cell is removed rather than duplicated;
 * ``from serverless_gpu import *`` is rewritten and reported, since the names it brings are not visible;
 * imports under ``try``/``if``, ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that
@@ -26,14 +30,35 @@ from air_migrate.rule_base import CellContext, Rule, register
 
 OLD = "serverless_gpu"
 NEW = "databricks.air"
+SUBMODULES = frozenset({"compute", "data", "exceptions", "launcher", "ray", "runtime", "utils"})
+"""The modules of ``serverless_gpu`` that ``databricks.air`` has under the same name."""
+TOP_LEVEL_ALIASES = frozenset({"api"})
+"""Old submodules that hold the top-level names: they become ``databricks.air`` itself."""
 _IMPORT_FUNCTIONS = {"importlib.import_module", "import_module", "__import__"}
 
 
+def _is_old(dotted: Optional[str]) -> bool:
+    return dotted == OLD or (dotted or "").startswith(OLD + ".")
+
+
 def _renamed(dotted: Optional[str]) -> Optional[str]:
-    """``serverless_gpu[.x]`` -> ``databricks.air[.x]``; ``None`` for any other module."""
-    if dotted == OLD or (dotted or "").startswith(OLD + "."):
-        return NEW + dotted[len(OLD):]  # type: ignore[index]
-    return None
+    """``serverless_gpu[.x]`` -> ``databricks.air[.x]``; ``None`` for any other module, or an old submodule that has
+    no counterpart (:func:`_no_counterpart`)."""
+    if not _is_old(dotted) or _no_counterpart(dotted):
+        return None
+    parts = dotted.split(".")  # type: ignore[union-attr]
+    if len(parts) > 1 and parts[1] in TOP_LEVEL_ALIASES:
+        return NEW
+    return NEW + dotted[len(OLD):]  # type: ignore[index]
+
+
+def _no_counterpart(dotted: Optional[str]) -> Optional[str]:
+    """Why the old module ``dotted`` has no ``databricks.air`` counterpart to import instead, if it has none."""
+    parts = (dotted or "").split(".")
+    if len(parts) < 2 or parts[1] in SUBMODULES or (parts[1] in TOP_LEVEL_ALIASES and len(parts) == 2):
+        return None
+    return (f"{dotted} has no counterpart in {NEW} (its modules are {', '.join(sorted(SUBMODULES))}), so it is left "
+            f"as it is: import the names it gives from {NEW} or one of those modules")
 
 
 def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
@@ -85,12 +110,17 @@ class ImportsRule(Rule):
         self, original_node: libcst.Import, updated_node: libcst.Import
     ) -> Union[libcst.Import, libcst.RemovalSentinel]:
         self._import_depth -= 1
-        targets = [_renamed(get_full_name_for_node(alias.name)) for alias in original_node.names]
-        if not any(targets):
+        dotted = [get_full_name_for_node(alias.name) for alias in original_node.names]
+        if not any(_is_old(name) for name in dotted):
             return updated_node
         if self._guarded(original_node):
             self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand", attention=True)
             return updated_node
+        problem = self._left_as_written(original_node)
+        if problem is not None:
+            self.report(original_node, problem, attention=True)
+            return updated_node
+        targets = [_renamed(name) for name in dotted]
         names = []
         for alias, target in zip(updated_node.names, targets):
             names.append(alias.with_changes(name=_dotted(target)) if target else alias)
@@ -108,11 +138,15 @@ class ImportsRule(Rule):
         if original_node.relative:
             return updated_node
         old = get_full_name_for_node(original_node.module)
-        target = _renamed(old)
-        if target is None:
+        if not _is_old(old):
             return updated_node
+        target = _renamed(old) or NEW
         if self._guarded(original_node):
             self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand", attention=True)
+            return updated_node
+        problem = self._left_as_written(original_node)
+        if problem is not None:
+            self.report(original_node, problem, attention=True)
             return updated_node
         if isinstance(original_node.names, libcst.ImportStar):
             new_node = updated_node.with_changes(module=_dotted(target))
@@ -158,6 +192,7 @@ class ImportsRule(Rule):
             isinstance(binding, ImportAssignment)
             and isinstance(binding.node, libcst.Import)
             and not self._guarded(binding.node)
+            and self._left_as_written(binding.node) is None
             for binding in bindings
         ):
             new_node = _dotted(NEW)
@@ -183,6 +218,26 @@ class ImportsRule(Rule):
     def visit_FormattedString(self, node: libcst.FormattedString) -> None:
         if any(isinstance(part, libcst.FormattedStringText) and OLD in part.value for part in node.parts):
             self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+
+    def _left_as_written(self, node: libcst.CSTNode) -> Optional[str]:
+        """Why an (unguarded) import of ``serverless_gpu`` cannot be rewritten, if it cannot: a module with no
+        counterpart, or a plain ``import serverless_gpu.api`` (its uses spell the module out)."""
+        if isinstance(node, libcst.ImportFrom):
+            module = get_full_name_for_node(node.module) if node.module is not None else None
+            if module == OLD and not isinstance(node.names, libcst.ImportStar):
+                for alias in node.names:
+                    name = get_full_name_for_node(alias.name) or ""
+                    if name in TOP_LEVEL_ALIASES:  # `from serverless_gpu import api`: a module databricks.air lacks
+                        return _top_level_alias_problem(f"{OLD}.{name}", None)
+            return _no_counterpart(module)
+        if isinstance(node, libcst.Import):
+            for alias in node.names:
+                name = get_full_name_for_node(alias.name)
+                if _is_old(name):
+                    found = _no_counterpart(name) or _top_level_alias_problem(name, alias.asname)
+                    if found is not None:
+                        return found
+        return None
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
         """Under ``try`` or ``if``: the import may be a fallback the author wants to keep."""
@@ -217,6 +272,16 @@ class _GuardedImports(libcst.CSTVisitor):
     def on_leave(self, original_node: libcst.CSTNode) -> None:
         if isinstance(original_node, (libcst.FunctionDef, libcst.ClassDef, libcst.Try, libcst.TryStar, libcst.If)):
             self._depths.pop()
+
+
+def _top_level_alias_problem(dotted: Optional[str], asname: Optional[libcst.AsName]) -> Optional[str]:
+    """``import serverless_gpu.api`` (no alias) and ``from serverless_gpu import api``: the module is used by its
+    name, which ``databricks.air`` does not have."""
+    parts = (dotted or "").split(".")
+    if len(parts) == 2 and parts[1] in TOP_LEVEL_ALIASES and asname is None:
+        return (f"{dotted} is {NEW} itself under an old name, which {NEW} does not have, so this import and its uses "
+                f"are left as they are: write `import {NEW} as {parts[1]}`, or import the names from {NEW}")
+    return None
 
 
 def _asname(alias: libcst.ImportAlias) -> Optional[str]:
