@@ -11,6 +11,9 @@ is what runs.) A configuration carries over only when every value is known exact
   node) does not do;
 * ``use_gpu``: ``True`` (or left out) is GPU ranks; ``False`` is CPU ranks, ``accelerator_type="CPU"``.
 
+``TorchDistributor.run`` has no time limit, while ``@distributed`` stops a call after 3 hours unless told otherwise,
+so every decorator written says ``timeout=None``: the old behaviour, in plain sight.
+
 Anything else (a name, an expression, ``*args``, ``**kwargs``, a keyword it does not know) is a problem, reported
 with its own code, since guessing would run on a different number or kind of devices.
 """
@@ -28,6 +31,8 @@ PARAMETERS = ("num_processes", "local_mode", "use_gpu")
 """The constructor's parameters, in their positional order."""
 ALL_GPUS = None
 """The count that means every GPU of the node (``num_processes=torch.cuda.device_count()``)."""
+NO_TIME_LIMIT = "timeout=None"
+"""What keeps ``TorchDistributor.run``'s lack of a time limit on the decorator."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +44,16 @@ class Config:
     cpu: bool = False
     """``use_gpu=False``: CPU ranks."""
 
-    def decorator_arguments(self) -> str:
-        """The decorator's argument list, e.g. ``num_accelerators=2, accelerator_type="CPU"``."""
+    def settings(self) -> str:
+        """What the ranks run on, as the decorator's arguments: ``num_accelerators=2, accelerator_type="CPU"``."""
         arguments = [] if self.count is ALL_GPUS else [f"num_accelerators={self.count}"]
         if self.cpu:
             arguments.append('accelerator_type="CPU"')
         return ", ".join(arguments)
+
+    def decorator_arguments(self) -> str:
+        """The decorator's argument list: the settings, then ``timeout=None``."""
+        return ", ".join(part for part in (self.settings(), NO_TIME_LIMIT) if part)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -314,7 +314,7 @@ class _Planner:
         configs = {run.construction.reading.config for run in runs
                    if run.construction is not None and run.construction.reading.config is not None}
         if len(configs) > 1:
-            shown = " and ".join(sorted(f"@distributed({config.decorator_arguments()})" for config in configs))
+            shown = " and ".join(sorted(f"@distributed({config.settings()})" for config in configs))
             for run in runs:
                 self.plan.note(run.method.call, CONFIGURATIONS, f"{name} is run with different settings ({shown}), "
                                "and one decorator cannot give both: define one function per setting")

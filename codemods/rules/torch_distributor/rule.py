@@ -7,9 +7,11 @@ is parsed and surveyed first (:mod:`~air_migrate.rules.torch_distributor.file_sc
 another and defines the function in a third; then the planner decides the whole file at once
 (:mod:`~air_migrate.rules.torch_distributor.plan`), and this rule makes each cell's part of it:
 
-* ``@distributed(num_accelerators=N)`` goes above ``def fn``, before its other decorators (so it wraps what
-  ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
-  ``@distributed()``, every GPU; ``use_gpu=False`` adds ``accelerator_type="CPU"`` (``AM203``);
+* ``@distributed(num_accelerators=N, timeout=None)`` goes above ``def fn``, before its other decorators (so it wraps
+  what ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
+  ``@distributed(timeout=None)``, every GPU; ``use_gpu=False`` adds ``accelerator_type="CPU"`` (``AM203``).
+  ``timeout=None`` keeps what ``TorchDistributor.run`` did, run without a time limit, where ``@distributed`` would
+  stop a call after 3 hours by default; it is reported for review (``AM218``), saying how to choose a cap;
 * ``d.run(fn, *args)`` and ``TorchDistributor(...).run(fn, *args)`` become ``fn.distributed(*args)``, the arguments'
   source kept as written; a used return value becomes ``fn.distributed(*args)[0]`` (``AM202``);
 * the distributor's assignment goes once none of its uses is left (``AM205``), and so does the ``TorchDistributor``
@@ -20,9 +22,11 @@ Everything the planner cannot rewrite is reported with its own code (``AM206`` t
 ``AM217`` reports Spark session setup.
 
 Safety: the decorator, the run and the removals are safe (the same function runs on the same number and kind of
-devices, with the same arguments). Two changes are flagged ``review``: a used return value (``run`` returned rank 0's
-value, ``.distributed()`` returns every rank's, so ``[0]`` keeps the value but a person should check the code that
-uses it), and ``use_gpu=False`` (CPU ranks are an extension of this open runtime; Databricks runs GPUs).
+devices, with the same arguments, and no time limit). Three changes are flagged ``review``: a used return value
+(``run`` returned rank 0's value, ``.distributed()`` returns every rank's, so ``[0]`` keeps the value but a person
+should check the code that uses it), ``use_gpu=False`` (CPU ranks are an extension of this open runtime; Databricks
+runs GPUs), and ``timeout=None`` (the old behaviour, but a cap is usually wanted; each call is also an MLflow run of
+its own now).
 """
 
 from __future__ import annotations
@@ -34,7 +38,15 @@ import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import STATEMENTS, CellContext, FileScan, Finding, Rule, register
-from air_migrate.rules.torch_distributor.codes import CPU, DESCRIPTIONS, IMPORT, RANK_ZERO, RUN, VARIABLE
+from air_migrate.rules.torch_distributor.codes import (
+    CPU,
+    DESCRIPTIONS,
+    IMPORT,
+    NO_TIME_LIMIT,
+    RANK_ZERO,
+    RUN,
+    VARIABLE,
+)
 from air_migrate.rules.torch_distributor.facts import FileFacts
 from air_migrate.rules.torch_distributor.file_scan import (
     RELEVANT,
@@ -152,8 +164,13 @@ class TorchDistributorRule(Rule):
         if decorator is None:
             return updated_node
         first = original_node.decorators[0] if original_node.decorators else original_node
-        self._add(first, RUN, f"@{decorator} added to {original_node.name.value}, which TorchDistributor ran", "",
-                  f"@{decorator}", at_start=True)
+        name = original_node.name.value
+        self._add(first, RUN, f"@{decorator} added to {name}, which TorchDistributor ran", "", f"@{decorator}",
+                  at_start=True)
+        self._add(first, NO_TIME_LIMIT, f"timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
+                  f"it, @distributed stops a call after 3 hours (timeout=10800 s) and raises "
+                  f"LocalExecutionTimeoutError; to cap {name}, write timeout=SECONDS, the longest run you expect with "
+                  f"a margin", None, None, review=True, at_start=True)
         new = libcst.Decorator(libcst.parse_expression(decorator))
         function = updated_node.with_changes(decorators=[new, *updated_node.decorators])
         statement = self._plan.before.get(original_node) if self._plan is not None else None
@@ -298,10 +315,11 @@ class TorchDistributorRule(Rule):
         return new
 
     def _add(
-        self, node: libcst.CSTNode, code: str, message: str, before: str, after: str, review: bool = False,
-        at_start: bool = False,
+        self, node: libcst.CSTNode, code: str, message: str, before: Optional[str], after: Optional[str],
+        review: bool = False, at_start: bool = False,
     ) -> None:
-        """Report a change whose before/after is not the node's own source (an insertion, or part of a node)."""
+        """Report a change whose before/after is not the node's own source (an insertion, or part of a node); with
+        neither, a word about a change reported on its own."""
         where = self.get_metadata(PositionProvider, node)
         end = where.start if at_start else where.end
         self.findings.append(Finding(code, where.start.line, where.start.column + 1, message, review=review,
