@@ -52,3 +52,115 @@ def test_every_decorator_form_says_timeout_none(arguments: str, decorator: str) 
     source = f"import torch\n{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor({arguments}).run(train)\n"
     assert f"{decorator}\ndef train():" in migrate(source)[0]
 
+
+
+# --- item 5: a distributor rebound cell by cell, a count held in a variable ---------------------------------------
+
+
+def databricks(*cells: str) -> str:
+    return "# Databricks notebook source\n" + SEPARATOR.join(cells)
+
+
+FUNCTIONS = "def a():\n    return 1\n\n\ndef b():\n    return 2\n"
+REBOUND = [
+    "d = TorchDistributor(num_processes=2, local_mode=True, use_gpu=True)\nd.run(a)\n",
+    "d = TorchDistributor(num_processes=4, local_mode=True, use_gpu=True)\nd.run(b)\n",
+]
+
+
+def test_a_distributor_rebound_in_each_cell_with_its_own_runs_is_rewritten() -> None:
+    source = databricks(IMPORT + "\n" + FUNCTIONS, *REBOUND)
+    out, report = migrate(source, "nb.py")
+    assert out == databricks(
+        "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\n"
+        "def a():\n    return 1\n\n\n@distributed(num_accelerators=4, timeout=None)\ndef b():\n    return 2\n",
+        "a.distributed()\n", "b.distributed()\n",
+    )
+    assert not items(report)
+    assert sum(" AM205 change d = TorchDistributor(...) removed" in line for line in report) == 2
+
+
+def test_a_jupyter_notebook_rebinding_its_distributor_in_the_same_cell_is_rewritten_too() -> None:
+    source = notebook(IMPORT + FUNCTIONS, "".join(REBOUND))
+    out, report = migrate(source, "nb.ipynb")
+    cells = ["".join(cell["source"]) for cell in json.loads(out)["cells"][1:]]
+    assert cells[1] == "a.distributed()\nb.distributed()\n"
+    assert not items(report)
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        [REBOUND[0], "def later():\n    d.run(b)\n", REBOUND[1]],  # a use that waits in a function
+        ["d.run(a)\n", *REBOUND],  # a use before the first binding
+        [REBOUND[0], "for _ in range(2):\n    d = TorchDistributor(4)\n", REBOUND[1]],  # a binding in a loop
+    ],
+    ids=["deferred use", "use before", "loop"],
+)
+def test_a_rebound_distributor_whose_uses_cannot_be_told_apart_is_blocked(cells: List[str]) -> None:
+    source = databricks(IMPORT + "\n" + FUNCTIONS, *cells)
+    out, report = migrate(source, "nb.py")
+    assert out == source
+    assert items(report) and all(item.startswith("AM212 blocking d is bound more than once") for item in
+                                 items(report))
+
+
+def test_one_function_run_by_two_rebound_distributors_of_different_sizes_is_blocked() -> None:
+    source = databricks(IMPORT + "\n" + FUNCTIONS, REBOUND[0], REBOUND[1].replace("d.run(b)", "d.run(a)"))
+    assert [item.split(" ", 2)[:2] for item in items(migrate(source, "nb.py")[1])] == [["AM210", "blocking"]] * 2
+
+
+COUNTS = [
+    ("n = torch.cuda.device_count()\n", ""),
+    ("n: int = torch.cuda.device_count()\n", ""),
+    ("from torch.cuda import device_count\nn = device_count()\n", ""),
+]
+
+
+@pytest.mark.parametrize("binding, _", COUNTS, ids=["plain", "annotated", "imported function"])
+def test_a_name_bound_once_to_the_device_count_is_every_gpu_as_the_inline_form_is(binding: str, _: str) -> None:
+    source = databricks(f"import torch\n{IMPORT}{binding}",
+                        "def train():\n    return 1\n",
+                        'print(f"{n} GPUs")\nTorchDistributor(num_processes=n).run(train)\n')
+    out, report = migrate(source, "nb.py")
+    assert "@distributed(timeout=None)\ndef train():" in out and "train.distributed()\n" in out
+    assert binding in out  # the variable stays: it may be read elsewhere
+    assert not items(report)
+
+
+def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
+    source = (f"import torch\n{IMPORT}\ndef train():\n    return 1\n\n\ndef main():\n"
+              "    gpus = torch.cuda.device_count()\n    TorchDistributor(gpus, True, True).run(train)\n")
+    out, report = migrate(source)
+    assert "@distributed(timeout=None)\ndef train():" in out and "    train.distributed()\n" in out
+    assert not items(report)
+
+
+@pytest.mark.parametrize(
+    "binding, extra",
+    [
+        ("n = torch.cuda.device_count()\nn = n // 2\n", ""),
+        ("n = torch.cuda.device_count() // 2\n", ""),
+        ("n = torch.cuda.device_count()\n", "%time n = 1\n"),
+        ("n = 4\n", ""),
+    ],
+    ids=["rebound", "expression", "magic", "literal"],
+)
+def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> None:
+    source = notebook(f"import torch\n{IMPORT}{binding}", extra + "def train():\n    return 1",
+                      "TorchDistributor(num_processes=n).run(train)")
+    out, report = migrate(source, "nb.ipynb")
+    assert out == source
+    assert items(report)[0] == (
+        "AM208 blocking num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot "
+        "carry it over to @distributed(num_accelerators=...): write the number, or migrate by hand"
+    )
+
+
+def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() -> None:
+    source = f"import torch\n{IMPORT}n = torch.cuda.device_count()\n\ndef train():\n    return 1\n\n" \
+             "TorchDistributor(n, use_gpu=False).run(train)\n"
+    assert items(migrate(source)[1]) == [
+        "AM208 blocking num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: write "
+        "the number of CPU ranks"
+    ]

@@ -136,8 +136,8 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
     [
         ("num_processes=0", "num_processes=0 is not a number of ranks (TorchDistributor raises ValueError for it): "
                             "write 1 or more"),
-        ("n", "num_processes is not an integer literal, so air-migrate cannot carry it over to "
-              "@distributed(num_accelerators=...): write the number, or migrate by hand"),
+        ("n", "num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot carry "
+              "it over to @distributed(num_accelerators=...): write the number, or migrate by hand"),
         ("torch.cuda.device_count(), use_gpu=False", "num_processes=torch.cuda.device_count() with use_gpu=False "
                                                      "counts GPUs for CPU ranks: write the number of CPU ranks"),
         ("2, use_gpu=GPU", "use_gpu= is not True or False as written, so air-migrate cannot tell what it runs on: "
@@ -213,14 +213,22 @@ def test_a_function_passed_by_keyword_is_reported() -> None:
                               "position")
 
 
-def test_a_distributor_bound_twice_is_not_followed() -> None:
+def test_a_distributor_bound_twice_runs_its_last_binding_and_one_bound_under_an_if_is_not_followed() -> None:
     source = (
         f"{IMPORT}\ndef train():\n    return 1\n\n"
         "d = TorchDistributor(2)\nd = TorchDistributor(4)\nd.run(train)\n"
     )
     out, report = migrate(source)
-    assert out == source
-    assert report == ["job.py:8:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
+    assert out == (
+        f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=4, timeout=None)\n"
+        "def train():\n    return 1\n\nd = TorchDistributor(2)\ntrain.distributed()\n"
+    )
+    assert "job.py:6:1: AM212 manual d = TorchDistributor(...) is never run in this file, so it is left as it is " \
+           "(and so is its import): remove it if nothing else uses it" in report
+    conditional = source.replace("d = TorchDistributor(4)\n", "if big:\n    d = TorchDistributor(4)\n")
+    out, report = migrate(conditional)
+    assert out == conditional
+    assert report == ["job.py:9:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
                       "air-migrate cannot tell which distributor runs here: migrate it by hand"]
 
 

@@ -94,6 +94,11 @@ class Binding:
     """Under a module-level ``try`` or ``if``: it may not have run."""
     construction: Optional[Construction] = None
     """``name = TorchDistributor(...)``."""
+    device_count: bool = False
+    """``name = torch.cuda.device_count()`` (or annotated): a count that means every GPU of the node."""
+    straight: bool = False
+    """A statement of its scope's own block (not under an ``if``, a loop, a ``try``...): it runs, in file order,
+    whenever the code around it does. Only those let a variable bound several times be followed."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -102,6 +107,10 @@ class Use:
 
     var: Var
     node: libcst.CSTNode
+    where: Where = (0, 0, 0)
+    deferred: bool = False
+    """Inside a function (or lambda) of the variable's scope: it runs when that is called, not where it is
+    written, so which of several bindings it reads cannot be told from the text."""
     method: Optional[MethodCall] = None
     """The variable is the receiver of this call."""
     target_of: Optional[libcst.Call] = None

@@ -3,8 +3,11 @@
 A run ``d.run(fn, *args)`` (or ``TorchDistributor(...).run(fn, *args)``) becomes ``fn.distributed(*args)`` only
 when all of this holds, so that the program means what it meant:
 
-* its distributor's settings carry over exactly (:mod:`~air_migrate.rules.torch_distributor.config`), and a
-  distributor variable is bound once, to a ``TorchDistributor(...)``, and used for nothing but its runs;
+* its distributor's settings carry over exactly (:mod:`~air_migrate.rules.torch_distributor.config`; a count held
+  in a name is settled here, once every cell is known), and a distributor variable is bound to
+  ``TorchDistributor(...)`` calls only, and used for nothing but its runs: bound once, every run is that
+  distributor's; rebound (a notebook that builds one per cell), each run is the last binding's before it, when every
+  binding is a plain statement of its block and no run waits in a function;
 * ``fn`` names one module-level ``def`` of the file, used for nothing but runs, every one of them rewritable and
   with the same settings (one decorator serves them all);
 * ``distributed`` names nothing else in the file (the decorator needs the name).
@@ -48,6 +51,7 @@ from air_migrate.rules.torch_distributor.facts import (
     Construction,
     FileFacts,
     MethodCall,
+    Use,
     Var,
     Where,
 )
@@ -157,6 +161,8 @@ class _Planner:
         self.facts = facts
         self.plan = Plan()
         self.runs: List[_Run] = []
+        self.owned: Dict[Construction, List[Use]] = {}
+        """Each distributor assigned to a variable -> the uses of the variable that read it."""
 
     def decide(self) -> Plan:
         for reference in self.facts.references:
@@ -194,6 +200,12 @@ class _Planner:
                            "pyspark.ml.torch.distributor here and run air-migrate again", blocking=False)
 
     def _read_construction(self, construction: Construction) -> None:
+        pending = construction.reading.count_name
+        if pending is not None:  # `num_processes=n`: bound once, in any cell, to torch.cuda.device_count()?
+            bindings = self.facts.bindings.get(Var(pending.name), [])
+            all_gpus = len(bindings) == 1 and bindings[0].device_count and not _mentions(self.facts.unparsed,
+                                                                                          pending.name)
+            construction.reading = construction.reading.settled(all_gpus)
         for problem in construction.reading.problems:
             self.plan.note(problem.node, problem.code, problem.message)
         method = construction.method
@@ -205,26 +217,49 @@ class _Planner:
                            "it by hand")
 
     def _read_variable(self, var: Var) -> None:
-        bindings = self.facts.bindings.get(var, [])
-        uses = self.facts.uses.get(var, [])
-        if len(bindings) != 1 or bindings[0].construction is None:
-            for use in uses:
+        owned = self._uses_by_construction(var)
+        if owned is None:
+            for use in self.facts.uses.get(var, []):
                 self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name} is bound more than once, or not only to a "
                                "TorchDistributor, so air-migrate cannot tell which distributor runs here: migrate "
                                "it by hand")
             return
-        construction = bindings[0].construction
-        if not uses and construction.assign is not None:
-            self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never run in "
-                           "this file, so it is left as it is (and so is its import): remove it if nothing else uses "
-                           "it", blocking=False)
-        for use in uses:
-            if use.method is not None:
-                self._read_method(use.method, construction, var)
-            else:
-                self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for more "
-                               "than its runs (passed on, copied or inspected), so it cannot be taken out: migrate "
-                               "this use by hand")
+        for construction, uses in owned:
+            self.owned[construction] = uses
+            if not uses and construction.assign is not None:
+                self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never "
+                               "run in this file, so it is left as it is (and so is its import): remove it if nothing "
+                               "else uses it", blocking=False)
+            for use in uses:
+                if use.method is not None:
+                    self._read_method(use.method, construction, var)
+                else:
+                    self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for "
+                                   "more than its runs (passed on, copied or inspected), so it cannot be taken out: "
+                                   "migrate this use by hand")
+
+    def _uses_by_construction(self, var: Var) -> Optional[List[Tuple[Construction, List[Use]]]]:
+        """Each distributor ``var`` is bound to, with the uses that read it; ``None`` when that cannot be told.
+
+        Bound once, every use reads that one. Bound several times (a notebook that builds a distributor in each
+        cell), each use reads the last binding before it, provided every binding is a plain statement of its block
+        (nothing conditional) and no use waits in a function to be called later."""
+        bindings = sorted(self.facts.bindings.get(var, []), key=lambda binding: binding.where)
+        uses = self.facts.uses.get(var, [])
+        if not bindings or any(binding.construction is None for binding in bindings):
+            return None
+        if len(bindings) == 1:
+            return [(bindings[0].construction, list(uses))]  # type: ignore[list-item]
+        if not all(binding.straight for binding in bindings) or any(use.deferred for use in uses):
+            return None
+        if any(use.where < bindings[0].where for use in uses):
+            return None
+        owned: List[Tuple[Construction, List[Use]]] = []
+        for binding, following in zip(bindings, [*bindings[1:], None]):
+            mine = [use for use in uses if binding.where < use.where and (following is None
+                                                                           or use.where < following.where)]
+            owned.append((binding.construction, mine))  # type: ignore[arg-type]
+        return owned
 
     def _read_method(self, method: MethodCall, construction: Construction, var: Optional[Var]) -> None:
         if method.method == TRAIN_ON_DATAFRAME:
@@ -374,9 +409,9 @@ class _Planner:
                     if run.var is None and run.construction is not None}
         for construction in self.facts.constructions:
             var = construction.holder
-            if var is None or construction.assign is None or len(self.facts.bindings.get(var, [])) != 1:
+            if var is None or construction.assign is None or construction not in self.owned:
                 continue
-            uses = self.facts.uses.get(var, [])
+            uses = self.owned[construction]
             if not uses or not all(use.method is not None and use.method.call in rewritten for use in uses):
                 continue
             if _mentions(self.facts.unparsed, var.name):
