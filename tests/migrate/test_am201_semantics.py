@@ -4,7 +4,9 @@ comment of what is taken out."""
 
 from __future__ import annotations
 
+import io
 import json
+import tokenize
 from typing import Any, List, Tuple
 
 import pytest
@@ -164,3 +166,54 @@ def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() ->
         "AM208 blocking num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: write "
         "the number of CPU ranks"
     ]
+
+
+# --- item 9: no comment is lost ---------------------------------------------------------------------------------
+
+
+def _comments(text: str) -> List[str]:
+    return [token.string for token in tokenize.generate_tokens(io.StringIO(text).readline)
+            if token.type == tokenize.COMMENT]
+
+
+def test_the_comments_of_a_removed_multi_line_distributor_go_above_the_new_decorator() -> None:
+    source = databricks(
+        IMPORT + "\n# Trains on one rank.\ndef train(epochs):\n    return epochs\n",
+        "distributor = TorchDistributor(\n    num_processes=8,  # one per GPU\n    # on this node only\n"
+        "    local_mode=True,\n)  # built once\nloss = distributor.run(train, 3)\n",
+    )
+    out, report = migrate(source, "nb.py")
+    assert out == databricks(
+        "from databricks.air import distributed\n\n# Trains on one rank.\n# one per GPU\n# on this node only\n"
+        "# built once\n@distributed(num_accelerators=8, timeout=None)\ndef train(epochs):\n    return epochs\n",
+        "loss = train.distributed(3)[0]\n",
+    )
+    decorator = next(line for line in report if " AM201 change @distributed" in line)
+    assert decorator.endswith("added to train, which TorchDistributor ran, below the comments of the "
+                              "TorchDistributor(...) it replaces")
+    assert migrate(out, "nb.py") == (out, [])
+
+
+def test_the_comments_of_a_chained_constructor_go_above_the_decorator_of_a_function_in_a_block() -> None:
+    source = (f"{IMPORT}\n\nclass Jobs:\n    pass\n\n\nif True:\n    def train():\n        return 1\n\n"
+              "    TorchDistributor(\n        num_processes=2,  # two ranks\n    ).run(train)  # go\n")
+    out, _ = migrate(source)
+    assert "    # two ranks\n    @distributed(num_accelerators=2, timeout=None)\n    def train():" in out
+    assert "    train.distributed()  # go\n" in out
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from pyspark.ml.torch.distributor import (  # Spark's\n    TorchDistributor,  # the class\n)\n",
+        "import os; from pyspark.ml.torch.distributor import TorchDistributor  # the class\n",
+        "from pyspark.ml.torch.distributor import (\n    TorchDistributor,  # the class\n    get_gpus_owned,  # kept\n)\n",
+    ],
+    ids=["replaced", "in a line that stays", "a name dropped"],
+)
+def test_every_comment_of_a_file_is_still_there_after_the_rewrite(imports: str) -> None:
+    source = (f"{imports}\n# Trains.\ndef train():\n    return 1\n\n\n# Run it.\nd = TorchDistributor(\n"
+              "    2,  # ranks\n)  # d\nd.run(  # now\n    train,  # the function\n)\nget_gpus_owned = os = 1\n")
+    out, report = migrate(source)
+    assert "TorchDistributor" not in out
+    assert sorted(_comments(out)) == sorted(_comments(source))

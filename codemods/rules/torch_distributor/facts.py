@@ -75,6 +75,8 @@ class Construction:
     """``d = TorchDistributor(...)``: the variable."""
     assign: Optional[libcst.Assign] = None
     """The assignment, alone on its line or not: what is removed with the variable."""
+    statement: Optional[libcst.SimpleStatementLine] = None
+    """The line of the assignment (whose trailing comment goes with it when the assignment is all it holds)."""
     method: Optional[MethodCall] = None
     """``TorchDistributor(...).run(...)``: the call made on it directly."""
 

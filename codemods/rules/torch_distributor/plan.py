@@ -38,6 +38,7 @@ from air_migrate.rules.torch_distributor.codes import (
     NAME_CLASH,
     TARGET,
 )
+from air_migrate.rules.torch_distributor.comments import comments_in
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEF,
@@ -110,6 +111,12 @@ class Plan:
     imports: Dict[libcst.CSTNode, ImportEdit] = dataclasses.field(default_factory=dict)
     before: Dict[libcst.FunctionDef, str] = dataclasses.field(default_factory=dict)
     """A new import statement just above a function."""
+    comments: Dict[libcst.FunctionDef, List[str]] = dataclasses.field(default_factory=dict)
+    """The comments of the distributors a function's decorator replaces, to go above that decorator."""
+
+    def keep_comments(self, function: libcst.FunctionDef, comments: Sequence[str]) -> None:
+        kept = self.comments.setdefault(function, [])
+        kept.extend(comment for comment in comments if comment not in kept)
 
     def note(self, node: libcst.CSTNode, code: str, message: str, blocking: bool = True) -> None:
         notes = self.notes.setdefault(node, [])
@@ -163,6 +170,9 @@ class _Planner:
         self.runs: List[_Run] = []
         self.owned: Dict[Construction, List[Use]] = {}
         """Each distributor assigned to a variable -> the uses of the variable that read it."""
+        self.decorated: Dict[libcst.Call, libcst.FunctionDef] = {}
+        """Each run rewritten -> the function that gains the decorator."""
+        self.where_defined: Dict[libcst.CSTNode, Where] = {}
 
     def decide(self) -> Plan:
         for reference in self.facts.references:
@@ -393,9 +403,13 @@ class _Planner:
         definition = runs[0].definition
         assert definition is not None and isinstance(definition.node, libcst.FunctionDef)
         self.plan.decorators[definition.node] = f"{decorator}({config.decorator_arguments()})"
+        self.where_defined[definition.node] = definition.where
         for run in runs:
             receiver = run.var.name if run.var is not None else "TorchDistributor(...)"
             self.plan.runs[run.method.call] = RunEdit(definition.var.name, receiver, run.method.value_used)
+            self.decorated[run.method.call] = definition.node
+            if run.var is None:  # TorchDistributor(...).run(fn): the constructor goes from the call
+                self.plan.keep_comments(definition.node, comments_in(run.method.call.func))
             construction = run.construction
             if construction is not None and construction.reading.use_gpu is not None:
                 names = self.plan.cpu.get(construction.reading.use_gpu)
@@ -421,6 +435,14 @@ class _Planner:
                 continue
             self.plan.removed[construction.assign] = var.name
             consumed.add(construction)
+            statement = construction.statement
+            alone = statement is not None and len(statement.body) == 1  # the line goes, its comment too
+            functions = sorted({self.decorated[use.method.call] for use in uses if use.method is not None},
+                               key=lambda function: self.where_defined[function])
+            comments = comments_in(construction.assign)
+            if alone:
+                comments += comments_in(statement.trailing_whitespace)  # type: ignore[union-attr]
+            self.plan.keep_comments(functions[0], comments)
         return consumed
 
     def _remove_imports(self, consumed: Set[Construction]) -> None:

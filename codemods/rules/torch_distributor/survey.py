@@ -138,6 +138,7 @@ class CellSurvey:
             if isinstance(target, libcst.Name) and isinstance(statement, libcst.SimpleStatementLine):
                 construction.holder = self._var_assigned(target)
                 construction.assign = parent
+                construction.statement = statement
                 if construction.holder.scope is not None:
                     self._survey_local(construction.holder)
 
