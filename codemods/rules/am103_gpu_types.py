@@ -264,11 +264,17 @@ def _decide_name(
         if len(bindings) == 1 and bindings[0].member:
             return  # `GPU = GPUType.H100`: AM108 reports the member where it is written
         why = _why_not_followed(name, bindings)
+        old = sorted({repr(b.literal) for b in bindings if isinstance(b.literal, str) and parse_model(b.literal)})
+        if old:  # one of its values is an old model name: whatever the keyword, it is not done
+            message = (f"{why}, among them to the old GPU model name {' and '.join(old)} (which the runtime warns "
+                       "about), so it is left as it is: give it, or this call, an accelerator type such as "
+                       "'GPU_8xH100'")
+        else:
+            message = (f"{why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
+                       "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'")
         for use in typed:
-            if use.keyword == _OLD_KEYWORD:
-                state.notes[use.node] = _Note(NOT_FOLLOWED, f"{why}, so air-migrate cannot tell whether it is an old "
-                                              "GPU model name (which the runtime warns about): make sure its value is "
-                                              "an accelerator type such as 'GPU_8xH100'")
+            if use.keyword == _OLD_KEYWORD or old:
+                state.notes[use.node] = _Note(NOT_FOLLOWED, message)
         return
     value = binding.literal
     shown = f"{name} ({value!r})"
@@ -310,6 +316,8 @@ def _why_not_followed(name: str, bindings: Sequence[bound_names.NameBinding]) ->
         return f"{name} is not bound in this file (imported from another module, or set by a %run notebook?)"
     if len(bindings) > 1:
         return f"{name} is bound more than once in this file"
+    if bindings[0].literal is not None:
+        return f"{name} is bound under an if, a loop or a function, not by a plain statement of its cell"
     return f"{name} is not bound to a string literal (it is imported, computed or set in a loop)"
 
 

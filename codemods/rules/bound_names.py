@@ -43,8 +43,10 @@ class NameBinding:
 
     where: Where
     literal: Optional[Literal] = None
-    """The literal value of ``NAME = literal`` (a string or an ``int``), a top-level statement of its cell; ``None``
-    for any other binding (an import, a ``def``, a loop, an expression, a ``global`` in a function...)."""
+    """The literal value of ``NAME = literal`` (a string or an ``int``); ``None`` for any other binding (an import,
+    a ``def``, a loop, an expression...)."""
+    top_level: bool = False
+    """A top-level statement of its cell (not under an ``if``, a loop, a function with ``global``...)."""
     member: bool = False
     """The value is an attribute such as ``GPUType.H100`` (AM108's to report, where it is written)."""
 
@@ -64,7 +66,7 @@ class BoundNames:
     def single_literal(self, name: str) -> Optional[NameBinding]:
         """The one binding of ``name`` when it is the file's only one and binds a literal."""
         found = self.bindings.get(name, ())
-        return found[0] if len(found) == 1 and found[0].literal is not None else None
+        return found[0] if len(found) == 1 and found[0].literal is not None and found[0].top_level else None
 
 
 _last: List[Tuple["weakref.ReferenceType[SourceFile]", Optional[FileScan]]] = []
@@ -123,20 +125,32 @@ class _GlobalBindings(ast.NodeVisitor):
         declared = self._globals[-1]
         return declared is None or name in declared
 
-    def _bind(self, name: str, node: ast.AST, literal: Optional[Literal] = None, member: bool = False) -> None:
+    def _bind(self, name: str, node: ast.AST, literal: Optional[Literal] = None, member: bool = False,
+              top_level: bool = False) -> None:
         if name in self._names and self._module_level(name):
             where = (self._cell, getattr(node, "lineno", 1))
-            self.found.append((name, NameBinding(where, literal, member)))
+            self.found.append((name, NameBinding(where, literal, top_level, member)))
 
     def visit_Module(self, node: ast.Module) -> None:
         for statement in node.body:
-            target, value = _plain_assignment(statement)
-            if target is not None and target in self._names:
-                self._bind(target, statement, _literal(value), isinstance(value, ast.Attribute))
-                if value is not None:
-                    self.visit(value)  # a walrus in the value binds too
-                continue
-            self.visit(statement)
+            if not self._plain(statement, top_level=True):
+                self.visit(statement)
+
+    def _plain(self, statement: ast.stmt, top_level: bool = False) -> bool:
+        """Record ``name = value`` (of one of the names) with its literal; False for any other statement."""
+        target, value = _plain_assignment(statement)
+        if target is None or target not in self._names:
+            return False
+        self._bind(target, statement, _literal(value), isinstance(value, ast.Attribute), top_level)
+        if value is not None:
+            self.visit(value)  # a walrus in the value binds too
+        return True
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if not self._plain(node):
+            self.generic_visit(node)
+
+    visit_AnnAssign = visit_Assign  # type: ignore[assignment]
 
     def _scope(self, node: ast.AST, body: Sequence[ast.AST], declared: Set[str]) -> None:
         self._globals.append(declared)

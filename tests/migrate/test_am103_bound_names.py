@@ -100,7 +100,7 @@ def test_a_name_also_used_otherwise_is_left_and_reported_at_each_call_every_run(
 @pytest.mark.parametrize(
     "binding, why",
     [
-        ('GPU_TYPE = "H100"\nGPU_TYPE = "A10"\n', "GPU_TYPE is bound more than once in this file"),
+        ('GPU_TYPE = cfg.gpu\nGPU_TYPE = cfg.other\n', "GPU_TYPE is bound more than once in this file"),
         ("from settings import GPU_TYPE\n", "GPU_TYPE is not bound to a string literal (it is imported, computed or "
                                            "set in a loop)"),
         ('GPU_TYPE = dbutils.widgets.get("gpu")\n', "GPU_TYPE is not bound to a string literal (it is imported, "
@@ -119,6 +119,19 @@ def test_a_name_not_bound_to_one_literal_is_reported_on_the_old_keyword(binding:
         f"AM109 manual {why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
         "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'"
     ]
+
+
+@pytest.mark.parametrize("keyword", ["gpu_type", "accelerator_type"])
+def test_a_name_bound_more_than_once_to_an_old_model_is_reported_on_either_keyword(keyword: str) -> None:
+    source = f'{IMPORT}GPU_TYPE = "H100"\nif small:\n    GPU_TYPE = "A10"\n' \
+             f"@distributed(gpus=8, {keyword}=GPU_TYPE)\ndef f(): ...\n"
+    out, report = migrate(source)
+    assert "accelerator_type=GPU_TYPE" in out
+    expected = ("AM109 manual GPU_TYPE is bound more than once in this file, among them to the old GPU model name "
+                "'A10' and 'H100' (which the runtime warns about), so it is left as it is: give it, or this call, an "
+                "accelerator type such as 'GPU_8xH100'")
+    assert person_items(report) == [expected]
+    assert person_items(migrate(out)[1]) == [expected]  # the second run too
 
 
 def test_a_name_bound_in_a_later_cell_or_read_in_an_unparsed_cell_is_kept() -> None:
