@@ -5,34 +5,17 @@ rewritten when every use of the name is a GPU type; otherwise each call is repor
 from __future__ import annotations
 
 import json
-from typing import Any, List, Tuple
 
 import pytest
 from cli_fixtures import notebook
+from rule_helpers import migrate_text as migrate, person_items
 
-from air_migrate.engine import migrate_file
-from air_migrate.results import Record
-from air_migrate.rules import REGISTRY
-
-RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 IMPORT = "from serverless_gpu import distributed\n"
 SEPARATOR = "\n# COMMAND ----------\n\n"
 
 
-def migrate(source: str, path: str = "job.py", **options: Any) -> Tuple[str, List[str]]:
-    result = migrate_file(path, source.encode(), RULES, **options)
-    assert result.error is None, result.error
-    records = sorted(result.records, key=Record.sort_key)
-    return (result.migrated or result.original).decode(), [str(record) for record in records]
-
-
 def databricks(*cells: str) -> str:
     return "# Databricks notebook source\n" + SEPARATOR.join(cells)
-
-
-def person_items(report: List[str]) -> List[str]:
-    """The items for a person, without their position."""
-    return [line.split(": ", 1)[1] for line in report if " manual " in line or " blocking " in line]
 
 
 def test_a_module_level_name_used_only_as_the_gpu_type_has_its_literal_rewritten() -> None:

@@ -7,29 +7,14 @@ from __future__ import annotations
 import io
 import json
 import tokenize
-from typing import Any, List, Tuple
+from typing import List
 
 import pytest
 from cli_fixtures import notebook
+from rule_helpers import migrate_text as migrate, person_items
 
-from air_migrate.engine import migrate_file
-from air_migrate.results import Record
-from air_migrate.rules import REGISTRY
-
-RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 IMPORT = "from pyspark.ml.torch.distributor import TorchDistributor\n"
 SEPARATOR = "\n# COMMAND ----------\n\n"
-
-
-def migrate(source: str, path: str = "job.py", **options: Any) -> Tuple[str, List[str]]:
-    result = migrate_file(path, source.encode(), RULES, **options)
-    assert result.error is None, result.error
-    records = sorted(result.records, key=Record.sort_key)
-    return (result.migrated or result.original).decode(), [str(record) for record in records]
-
-
-def items(report: List[str]) -> List[str]:
-    return [line.split(": ", 1)[1] for line in report if " manual " in line or " blocking " in line]
 
 
 # --- item 8: no time limit, as before ---------------------------------------------------------------------------
@@ -55,7 +40,6 @@ def test_every_decorator_form_says_timeout_none(arguments: str, decorator: str) 
     assert f"{decorator}\ndef train():" in migrate(source)[0]
 
 
-
 # --- item 5: a distributor rebound cell by cell, a count held in a variable ---------------------------------------
 
 
@@ -78,7 +62,7 @@ def test_a_distributor_rebound_in_each_cell_with_its_own_runs_is_rewritten() -> 
         "def a():\n    return 1\n\n\n@distributed(num_accelerators=4, timeout=None)\ndef b():\n    return 2\n",
         "a.distributed()\n", "b.distributed()\n",
     )
-    assert not items(report)
+    assert not person_items(report)
     assert sum(" AM205 change d = TorchDistributor(...) removed" in line for line in report) == 2
 
 
@@ -87,7 +71,7 @@ def test_a_jupyter_notebook_rebinding_its_distributor_in_the_same_cell_is_rewrit
     out, report = migrate(source, "nb.ipynb")
     cells = ["".join(cell["source"]) for cell in json.loads(out)["cells"][1:]]
     assert cells[1] == "a.distributed()\nb.distributed()\n"
-    assert not items(report)
+    assert not person_items(report)
 
 
 @pytest.mark.parametrize(
@@ -103,13 +87,13 @@ def test_a_rebound_distributor_whose_uses_cannot_be_told_apart_is_blocked(cells:
     source = databricks(IMPORT + "\n" + FUNCTIONS, *cells)
     out, report = migrate(source, "nb.py")
     assert out == source
-    assert items(report) and all(item.startswith("AM212 blocking d is bound more than once") for item in
-                                 items(report))
+    assert person_items(report) and all(item.startswith("AM212 blocking d is bound more than once") for item in
+                                 person_items(report))
 
 
 def test_one_function_run_by_two_rebound_distributors_of_different_sizes_is_blocked() -> None:
     source = databricks(IMPORT + "\n" + FUNCTIONS, REBOUND[0], REBOUND[1].replace("d.run(b)", "d.run(a)"))
-    assert [item.split(" ", 2)[:2] for item in items(migrate(source, "nb.py")[1])] == [["AM210", "blocking"]] * 2
+    assert [item.split(" ", 2)[:2] for item in person_items(migrate(source, "nb.py")[1])] == [["AM210", "blocking"]] * 2
 
 
 COUNTS = [
@@ -127,7 +111,7 @@ def test_a_name_bound_once_to_the_device_count_is_every_gpu_as_the_inline_form_i
     out, report = migrate(source, "nb.py")
     assert "@distributed(timeout=None)\ndef train():" in out and "train.distributed()\n" in out
     assert binding in out  # the variable stays: it may be read elsewhere
-    assert not items(report)
+    assert not person_items(report)
 
 
 def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
@@ -135,7 +119,7 @@ def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
               "    gpus = torch.cuda.device_count()\n    TorchDistributor(gpus, True, True).run(train)\n")
     out, report = migrate(source)
     assert "@distributed(timeout=None)\ndef train():" in out and "    train.distributed()\n" in out
-    assert not items(report)
+    assert not person_items(report)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +137,7 @@ def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> 
                       "TorchDistributor(num_processes=n).run(train)")
     out, report = migrate(source, "nb.ipynb")
     assert out == source
-    assert items(report)[0] == (
+    assert person_items(report)[0] == (
         "AM208 blocking num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot "
         "carry it over to @distributed(num_accelerators=...): write the number, or migrate by hand"
     )
@@ -162,7 +146,7 @@ def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> 
 def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() -> None:
     source = f"import torch\n{IMPORT}n = torch.cuda.device_count()\n\ndef train():\n    return 1\n\n" \
              "TorchDistributor(n, use_gpu=False).run(train)\n"
-    assert items(migrate(source)[1]) == [
+    assert person_items(migrate(source)[1]) == [
         "AM208 blocking num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: write "
         "the number of CPU ranks"
     ]

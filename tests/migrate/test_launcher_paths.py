@@ -5,26 +5,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Tuple
 
 import pytest
+from rule_helpers import migrate_text as migrate
 
 from air_migrate.cli import main
-from air_migrate.engine import migrate_file
-from air_migrate.results import Record
-from air_migrate.rules import REGISTRY
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.validation import parse_type
-
-RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
-
-
-def migrate(source: str, path: str = "job.py", **options: Any) -> Tuple[str, List[str]]:
-    """The file after migration (as it was when unchanged or held back) and its report lines."""
-    result = migrate_file(path, source.encode(), RULES, **options)
-    assert result.error is None, result.error
-    records = sorted(result.records, key=Record.sort_key)
-    return (result.migrated or result.original).decode(), [str(record) for record in records]
 
 
 # Each import form of a launcher, and how the decorator reads through it: (import, decorator, import after).
