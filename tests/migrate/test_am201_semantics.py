@@ -201,3 +201,15 @@ def test_every_comment_of_a_file_is_still_there_after_the_rewrite(imports: str) 
     out, report = migrate(source)
     assert "TorchDistributor" not in out
     assert sorted(_comments(out)) == sorted(_comments(source))
+
+
+def test_a_function_rebinding_its_own_distributor_is_followed_unless_a_nested_function_runs_it() -> None:
+    body = ("def main():\n    d = TorchDistributor(2)\n    d.run(a)\n    d = TorchDistributor(4)\n    d.run(b)\n")
+    out, report = migrate(f"{IMPORT}\n{FUNCTIONS}\n\n{body}")
+    assert "    a.distributed()\n    b.distributed()\n" in out and "TorchDistributor" not in out
+    assert "@distributed(num_accelerators=2, timeout=None)\ndef a():" in out
+    assert not person_items(report)
+    nested = f"{IMPORT}\n{FUNCTIONS}\n\n{body}    def later():\n        d.run(a)\n"
+    out, report = migrate(nested)
+    assert out == nested
+    assert all(item.startswith("AM212 blocking d is bound more than once") for item in person_items(report))

@@ -70,11 +70,14 @@ class CellSurvey:
         self._cell = rule.context.number
         self._constructions: Dict[libcst.CSTNode, Construction] = {}
         """The class expression of each constructor call of the cell -> its :class:`Construction`."""
-        self._locals: Set[Var] = set()
+        self._locals: Dict[Var, None] = {}
+        """The distributor variables of functions, in the order they are met."""
 
     def run(self, module: libcst.Module) -> None:
         scopes = {scope for scope in self._rule.metadata[ScopeProvider].values() if scope is not None}
         self._survey_classes(scopes)
+        for var in self._locals:
+            self._survey_local(var)
         global_scope = self._rule.get_metadata(ScopeProvider, module)
         self._survey_bindings(global_scope)
         for scope in scopes:
@@ -140,7 +143,7 @@ class CellSurvey:
                 construction.assign = parent
                 construction.statement = statement
                 if construction.holder.scope is not None:
-                    self._survey_local(construction.holder)
+                    self._locals[construction.holder] = None  # surveyed once every constructor call is known
 
     def _refer(self, node: libcst.CSTNode, code: str, message: str) -> None:
         self._facts.references.append(Reference(node, code, message))
@@ -184,15 +187,16 @@ class CellSurvey:
             self._bind(Var(assignment.name), assignment)
 
     def _survey_local(self, var: Var) -> None:
-        if var in self._locals:
-            return
-        self._locals.add(var)
+        """A function's distributor variable: its bindings, then each of its reads once (a read may reach several
+        bindings)."""
         scope = var.scope
         assert isinstance(scope, Scope)
+        reads: Dict[libcst.CSTNode, None] = {}
         for assignment in scope.assignments[var.name]:
             self._bind(var, assignment)
-            for access in assignment.references:
-                self._survey_use(var, access.node)
+            reads.update((access.node, None) for access in assignment.references)
+        for node in reads:
+            self._survey_use(var, node)
 
     def _bind(self, var: Var, assignment: object) -> None:
         node = getattr(assignment, "node")
