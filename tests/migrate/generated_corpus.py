@@ -2,8 +2,9 @@
 path of ``distributed`` and ``ray_launch`` (the package, ``serverless_gpu.launcher``, ``serverless_gpu.ray``,
 ``serverless_gpu.api``, aliases, ``import ... as``), every way a GPU type or count reaches them (a literal in any
 spelling the runtime accepts, a name bound in the same cell or an earlier one, annotated, a ``GPUType`` member), and
-every binding form of a ``TorchDistributor`` and its count (bound once, chained, rebound per cell or in one cell, a
-count held in a name at module level, annotated, or local to a function), with comments inside what goes.
+every binding form of a ``TorchDistributor`` and its count (bound once, chained, rebound per cell, in one cell or in
+a function, a count held in a name at module level, annotated, or local to a function), with comments inside what
+goes.
 
 Each :class:`Case` says whether one write must leave it fully migrated (``clean``), and whether its script runs as it
 is under ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU`` (``runs``: decorators only, no ``TorchDistributor``). The negative
@@ -50,6 +51,7 @@ TYPE_FORMS = ["literal", "name, same cell", "name, earlier cell", "annotated nam
 NEGATIVE_TYPE_FORMS = ["name also printed", "name bound twice", "count unknown", "name bound after use",
                        "unknown model"]
 TD_FORMS = ["chained", "assigned once, run in a later cell", "rebound per cell", "rebound in one cell",
+            "rebound in a function",
             "device count by name", "device count by annotated name", "device count local to a function",
             "multi-line distributor with comments"]
 NEGATIVE_TD_FORMS = ["device count name rebound", "rebound distributor run from a function"]
@@ -182,6 +184,9 @@ def _torch_distributor_case(name: str, form: str, rng: random.Random, builder: b
     elif form == "rebound in one cell":
         cells.append(f"d = TorchDistributor({first})\nd.run(train, 1)\nd = TorchDistributor({second})\n"
                      "d.run(evaluate)")
+    elif form == "rebound in a function":
+        cells.append(f"def main():\n    d = TorchDistributor({first})\n    d.run(train, 1)\n"
+                     f"    d = TorchDistributor({second})\n    d.run(evaluate)")
     elif form == "device count by name":
         cells[0] += "\nn = torch.cuda.device_count()"
         cells.append('print(f"{n} GPUs")\nTorchDistributor(num_processes=n).run(train, 2)')
