@@ -102,7 +102,7 @@ class GpuTypesRule(Rule):
     CODE = "AM103"
     DESCRIPTION = (
         'GPU type strings ("H100", "a10"...), or a name bound to one, become accelerator types ("GPU_8xH100"...) '
-        "where the count is known (safe)"
+        "where the count is known (safe; a name's string in a plain module flagged for review)"
     )
     REPORTS = {
         **UNMAPPED_CODES,

@@ -70,9 +70,9 @@ _LEFT = Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]
 class TorchDistributorRule(Rule):
     CODE = RUN
     DESCRIPTION = (
-        "TorchDistributor(...).run(fn, ...) becomes @distributed(num_accelerators=N) on fn and fn.distributed(...), "
-        "across notebook cells; the distributor and its import go (safe; a used return value and use_gpu=False "
-        "flagged for review)"
+        "TorchDistributor(...).run(fn, ...) becomes @distributed(num_accelerators=N, timeout=None) on fn and "
+        "fn.distributed(...), across notebook cells; the distributor and its import go (safe; a used return value, "
+        "use_gpu=False and timeout=None flagged for review)"
     )
     REPORTS = DESCRIPTIONS
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
