@@ -10,7 +10,9 @@
 * an import that ``databricks.air`` already provides in this cell is removed rather than duplicated;
 * ``from serverless_gpu import *`` is rewritten and reported, since the names it brings are not visible;
 * imports under ``try``/``if``, ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that
-  mention ``serverless_gpu`` are reported, not rewritten (the ``serverless_gpu`` shim keeps them working).
+  are a module path into ``serverless_gpu`` (``"serverless_gpu.launcher.distributed"``, as ``mock.patch`` takes)
+  are reported for a person, not rewritten (the ``serverless_gpu`` shim keeps them working); any other string that
+  mentions it (a docstring, a log line, a message) is prose, and only noted (severity ``info``).
 
 Names are resolved by scope: a local variable called ``serverless_gpu``, or ``torch.distributed``, is never touched.
 
@@ -20,6 +22,7 @@ Safety: every rewrite is safe (``databricks.air`` exports the very objects ``ser
 
 from __future__ import annotations
 
+import re
 from typing import Collection, Optional, Set, Tuple, Union
 
 import libcst
@@ -212,12 +215,17 @@ class ImportsRule(Rule):
                         attention=True)
 
     def visit_SimpleString(self, node: libcst.SimpleString) -> None:
-        if OLD in node.value and node not in self._reported_strings:
-            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+        if OLD not in node.value or node in self._reported_strings:
+            return
+        if _MODULE_PATH.match(_string_text(node)):
+            self.report(node, f"a string names the module path {node.value}, left as it is: if code imports or "
+                        f"patches by it (mock.patch, import_module), write {NEW} there", attention=True)
+        else:
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
 
     def visit_FormattedString(self, node: libcst.FormattedString) -> None:
         if any(isinstance(part, libcst.FormattedStringText) and OLD in part.value for part in node.parts):
-            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
 
     def _left_as_written(self, node: libcst.CSTNode) -> Optional[str]:
         """Why an (unguarded) import of ``serverless_gpu`` cannot be rewritten, if it cannot: a module with no
@@ -282,6 +290,18 @@ def _top_level_alias_problem(dotted: Optional[str], asname: Optional[libcst.AsNa
         return (f"{dotted} is {NEW} itself under an old name, which {NEW} does not have, so this import and its uses "
                 f"are left as they are: write `import {NEW} as {parts[1]}`, or import the names from {NEW}")
     return None
+
+
+_MODULE_PATH = re.compile(rf"^\s*{OLD}(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?\s*$")
+"""A string that is nothing but a dotted path into the old package (``"serverless_gpu.launcher.distributed"``,
+``"serverless_gpu:distributed"``): code may import or patch by it. Any other mention is prose (a docstring, a log
+line, a message), which only informs."""
+
+
+def _string_text(node: libcst.SimpleString) -> str:
+    """The string's characters between its quotes (prefix and quotes dropped, escapes left as written)."""
+    quote = node.quote
+    return node.value[len(node.prefix) + len(quote): len(node.value) - len(quote)]
 
 
 def _asname(alias: libcst.ImportAlias) -> Optional[str]:
