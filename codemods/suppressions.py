@@ -27,7 +27,7 @@ from air_migrate.sources import Cell, SourceFile
 _IGNORE = re.compile(r"#\s*air-migrate\s*:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<codes>[A-Za-z]+[0-9]+(?:[,\s]+[A-Za-z]+[0-9]+)*)", re.IGNORECASE)
 _SKIP_FILE = re.compile(r"^\s*#\s*air-migrate\s*:\s*skip-file\s*$", re.IGNORECASE)
-_WORDS = (b"air-migrate", b"noqa")
+_WORDS = re.compile(rb"air-migrate|noqa", re.IGNORECASE)
 _OURS = "AM"
 _CHANGES = " (a change is always made and reported; to leave a file as it is: `# air-migrate: skip-file`)"
 
@@ -52,14 +52,24 @@ def skips_file(data: bytes, source: SourceFile) -> bool:
     """Whether a code cell of the file holds a ``# air-migrate: skip-file`` line."""
     if b"skip-file" not in data:
         return False
-    return any(
-        _SKIP_FILE.match(line) for cell in source.cells if cell.code for line in cell.raw.splitlines()
-    )
+    for cell in source.cells:
+        if not cell.code:
+            continue
+        numbers = [number for number, line in enumerate(cell.raw.splitlines(), start=1) if _SKIP_FILE.match(line)]
+        if not numbers:
+            continue
+        comments = _comment_starts(cell)
+        text_lines = cell.text.splitlines() if cell.text is not None else []
+        for number in numbers:
+            seen = comments is not None and number <= len(text_lines)
+            if not seen or number in comments:  # (a line of a string that reads so is not a comment)
+                return True
+    return False
 
 
 def find(data: bytes, source: SourceFile) -> List[Suppression]:
     """Every line suppression in the file's code cells, in file order."""
-    if not any(word in data.lower() for word in _WORDS):
+    if not _WORDS.search(data):
         return []
     found: List[Suppression] = []
     for cell in source.cells:
@@ -68,27 +78,39 @@ def find(data: bytes, source: SourceFile) -> List[Suppression]:
     return found
 
 
-def _in_cell(cell: Cell) -> Iterable[Suppression]:
+def _in_cell(cell: Cell) -> List[Suppression]:
+    candidates = [
+        suppression
+        for number, line in enumerate(cell.raw.splitlines(), start=1) if "#" in line
+        for suppression in _on_line(cell.number, number, line)
+    ]
+    if not candidates:
+        return []  # (the tokenizer runs only over a cell that has one: most files hold `# noqa` of other linters)
     comments = _comment_starts(cell)
+    if comments is None:
+        return candidates
     text_lines = cell.text.splitlines() if cell.text is not None else []
-    for number, line in enumerate(cell.raw.splitlines(), start=1):
-        if "#" not in line:
-            continue
+    raw_lines = cell.raw.splitlines()
+    kept = []
+    for suppression in candidates:
+        number = suppression.line
         # A line the tokenizer saw as it is written: the suppression must lie inside its comment.
-        seen = comments is not None and number <= len(text_lines) and text_lines[number - 1] == line
-        start = comments.get(number) if seen and comments is not None else 0
-        if seen and start is None:
-            continue
-        for match in _IGNORE.finditer(line):
-            if match.start() >= (start or 0):
-                raw = match.group("codes")
-                codes = None if raw is None else frozenset(_codes(raw))
-                yield Suppression(cell.number, number, match.start() + 1, codes, match.group())
-        for match in _NOQA.finditer(line):
-            if match.start() >= (start or 0):
-                codes = frozenset(code for code in _codes(match.group("codes")) if code.startswith(_OURS))
-                if codes:
-                    yield Suppression(cell.number, number, match.start() + 1, codes, match.group())
+        seen = number <= len(text_lines) and text_lines[number - 1] == raw_lines[number - 1]
+        start = comments.get(number)
+        if not seen or (start is not None and suppression.column - 1 >= start):
+            kept.append(suppression)
+    return kept
+
+
+def _on_line(cell: int, number: int, line: str) -> Iterable[Suppression]:
+    for match in _IGNORE.finditer(line):
+        raw = match.group("codes")
+        codes = None if raw is None else frozenset(_codes(raw))
+        yield Suppression(cell, number, match.start() + 1, codes, match.group())
+    for match in _NOQA.finditer(line):
+        codes = frozenset(code for code in _codes(match.group("codes")) if code.startswith(_OURS))
+        if codes:
+            yield Suppression(cell, number, match.start() + 1, codes, match.group())
 
 
 def _codes(text: str) -> List[str]:

@@ -222,6 +222,7 @@ def test_skip_file_leaves_the_file_as_it_is_and_reports_nothing(path: str, sourc
 
 
 def test_skip_file_must_be_a_comment_line_of_its_own() -> None:
-    source = 'import serverless_gpu\nnote = "# air-migrate: skip-file"\nx = 1  # air-migrate: skip-file\n'
+    source = ('import serverless_gpu\nnote = "# air-migrate: skip-file"\nx = 1  # air-migrate: skip-file\n'
+              '"""\n# air-migrate: skip-file\n"""\n')
     migrated, _ = migrate_text(source)
     assert migrated.startswith("import databricks.air\n")
