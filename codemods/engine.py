@@ -33,7 +33,7 @@ import libcst
 
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate import suppressions
-from air_migrate.driver_codes import DRIVER_CODES, UNUSED_SUPPRESSION
+from air_migrate.driver_codes import DRIVER_CODES, SKIPPED_CELL, UNUSED_SUPPRESSION
 from air_migrate.results import CHANGE, ERROR, FileResult, Record
 from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule
 from air_migrate.cell_pass import CellOutcome, PreparedCell
@@ -337,7 +337,9 @@ def _apply_suppressions(
         if record.severity not in (CHANGE, ERROR):
             cell = record.cell or 1
             offset = source.cells[cell - 1].first_line - 1 if source.kind == "databricks" else 0
-            lines = (record.line - offset, (record.end_line or record.line) - offset)
+            lines: Sequence[int] = (record.line - offset, (record.end_line or record.line) - offset)
+            if record.code == SKIPPED_CELL:  # about the whole cell: a comment on any of its lines (a shell comment)
+                lines = range(1, len(source.cells[cell - 1].raw.splitlines()) + 1)
             if suppressions.matches(found, cell, lines, record.code):
                 continue
         kept.append(record)

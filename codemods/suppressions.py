@@ -2,7 +2,8 @@
 comma-separated; a bare ``# air-migrate: ignore`` for every code) or ``# noqa: AM101``; anywhere in a file, on a
 line of its own, ``# air-migrate: skip-file``.
 
-A line suppression hides the records of the codes it names that start (or end) on its line, of every severity but
+A line suppression hides the records of the codes it names that start (or end) on its line (for a skipped cell,
+``AM901``, on any line of the cell), of every severity but
 ``change`` and ``error``: an item for a person (``manual``, ``blocking``: the file is then no longer held back),
 a ``review`` note, an ``info`` note. It never stops a rewrite, and a ``change`` is always reported: to keep a
 file as it is, skip it. A suppression that suppresses nothing, or names a code that does not exist, is reported
@@ -19,7 +20,7 @@ import dataclasses
 import io
 import re
 import tokenize
-from typing import AbstractSet, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Collection, Dict, FrozenSet, Iterable, List, Optional, Set
 
 from air_migrate.sources import Cell, SourceFile
 
@@ -131,7 +132,7 @@ def _comment_starts(cell: Cell) -> Optional[Dict[int, int]]:
     return starts
 
 
-def matches(suppressions: Iterable[Suppression], cell: int, lines: Tuple[int, ...], code: str) -> bool:
+def matches(suppressions: Iterable[Suppression], cell: int, lines: Collection[int], code: str) -> bool:
     """Whether a suppression on one of ``lines`` of ``cell`` covers ``code``; marks it used if so."""
     hit = False
     for suppression in suppressions:

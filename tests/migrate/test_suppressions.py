@@ -210,6 +210,14 @@ def test_in_a_jupyter_notebook_a_suppression_works_on_the_line_of_its_cell() -> 
     ]
 
 
+def test_a_skipped_cell_is_suppressed_from_any_of_its_lines() -> None:
+    source = notebook("%%sh\necho serverless_gpu  # air-migrate: ignore[AM901]", "x = 1")
+    _, report = migrate_text(source, path="nb.ipynb")
+    assert report == []
+    _, report = migrate_text(source.replace("  # air-migrate: ignore[AM901]", ""), path="nb.ipynb")
+    assert report == ["nb.ipynb:cell 2:1:1: AM901 manual cell skipped: the cell magic %%sh does not hold Python"]
+
+
 @pytest.mark.parametrize("path, source", [
     ("job.py", "import serverless_gpu\n\n# air-migrate: skip-file\n"),
     ("nb.py", "# Databricks notebook source\nimport serverless_gpu\n\n# COMMAND ----------\n\n"
