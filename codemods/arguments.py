@@ -48,6 +48,12 @@ diffs:
   directory that holds every input. DIR must not exist, unless --force (then files of the same name in it are
   replaced). The inputs are never touched.
 
+suppressions:
+  "# air-migrate: ignore[AM101,AM109]" (or a bare "# air-migrate: ignore", or "# noqa: AM101") on a line hides
+  its items of those codes, every severity but change and error (a change is always made); a line of its own
+  "# air-migrate: skip-file" leaves the whole file as it is. A suppression that suppresses nothing is reported
+  (AM904, info).
+
 configuration:
   The [tool.air-migrate] table of pyproject.toml, looked for in the current directory and then each one above it
   (a pyproject.toml without the table is passed over; the first with it is the only one read), sets defaults for
