@@ -9,6 +9,8 @@ Convention (enforced by ``tests/test_docs.py``):
   the line before it is ``<!-- not-checked: <reason> -->``;
 * any block preceded by a line ``<!-- not-run: <reason> -->`` (blank lines may separate them) is not executed;
   the reason is required;
+* a line ``<!-- requires: module, module -->`` anywhere on a page names optional packages its blocks import: the
+  page's blocks are skipped (not failed) where one of them is not installed;
 * any other block (another language, or none) is an error: mark it or change its language.
 """
 
@@ -25,6 +27,7 @@ SHOWN = ("text",)
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|not-checked)\b(?P<rest>.*?)-->\s*$")
 _MARKER_START = re.compile(r"^\s*<!--\s*(?P<kind>not-run|not-checked)\b")
+_REQUIRES = re.compile(r"^\s*<!--\s*requires:(?P<modules>.*?)-->\s*$")
 
 
 @dataclasses.dataclass
@@ -63,6 +66,8 @@ class Page:
     path: Path
     blocks: List[Block]
     problems: List[str]
+    requires: List[str] = dataclasses.field(default_factory=list)
+    """The modules named by ``<!-- requires: ... -->`` lines."""
 
     @property
     def executed_blocks(self) -> List[Block]:
@@ -145,7 +150,15 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
         prose_since_block = False
     if pending_marker is not None:
         problems.append(_dangling(pending_marker[0]))
-    return Page(path=path, blocks=blocks, problems=problems)
+    requires = [
+        name.strip()
+        for line in lines
+        for match in [_REQUIRES.match(line)]
+        if match is not None
+        for name in match.group("modules").split(",")
+        if name.strip()
+    ]
+    return Page(path=path, blocks=blocks, problems=problems, requires=requires)
 
 
 def _marker_reason(line: str) -> Optional[str]:

@@ -102,12 +102,6 @@ def test_a_rank_that_does_not_answer_its_probe_is_still_placed_by_its_stack() ->
     assert "is in re.match at /work/train.py:13" in report.verdict
 
 
-def test_code_shipped_by_value_is_placed_in_its_file() -> None:
-    frames = [Frame("<dynamic-code>", 9, "train", "")]
-    report = build([RankView(0, snapshot=_snapshot(0, frames, []))], code_files={"train": "/work/nb.py"}, now=NOW)
-    assert "/work/nb.py:9" in report.table[0]
-
-
 def test_user_files_are_neither_libraries_nor_this_package() -> None:
     import json
     import torch

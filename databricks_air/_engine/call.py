@@ -66,6 +66,8 @@ class Launch:
     """The caller's environment at call time (ranks on a Ray cluster get only its portable part)."""
     cwd: str
     sys_path: List[str]
+    argv: List[str]
+    """The caller's ``sys.argv``: every rank sees it as its own, as every worker of ``torchrun script.py ARGS`` does."""
     log_dir: str
     timeout: Optional[float] = None
     timeout_note: str = ""
@@ -74,8 +76,6 @@ class Launch:
     start_method: str = "fork"
     """``fork``: ranks forked from the torch-preloaded rank server; ``spawn``: a new interpreter per rank."""
     grace_period: float = 3.0
-    code_files: Dict[str, str] = dataclasses.field(default_factory=dict)
-    """Function name -> source file of code shipped by value, to mend rank tracebacks."""
     hints: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Text seen in the root cause's error or output -> advice added to the failure report."""
     remote: bool = False
@@ -201,9 +201,9 @@ class Call(abc.ABC):
             log_dir=launch.log_dir,
             timeout=launch.timeout,
             timeout_note=launch.timeout_note,
-            code_files=launch.code_files,
             hints=launch.hints,
             stop_report=self.stop_report,
+            live_ranks=range(launch.world_size) if launch.show_all_ranks else (0,),
         )
 
     def run(self) -> List[Any]:
@@ -241,8 +241,7 @@ class Call(abc.ABC):
             snapshots = self.snapshot(running, budget)
             if not snapshots:
                 return None  # this way of starting ranks cannot look at them
-            report = stop_report.build(reason, self.outcomes, snapshots, self.launch.log_dir, self.launch.code_files,
-                                       folder)
+            report = stop_report.build(reason, self.outcomes, snapshots, self.launch.log_dir, folder)
         except Exception as error:  # noqa: BLE001 - a failed look must never keep the ranks from being stopped
             print(f"databricks.air: could not take a snapshot of the ranks: {error!r}", file=sys.stderr, flush=True)
             return None

@@ -3,7 +3,7 @@
 Unpickling runs code, so the directory is created readable by its owner only (mode 0700) and removed when the
 call ends. It holds:
 
-* ``launch.pkl``: how each rank sets itself up (environment, working directory, ``sys.path``);
+* ``launch.pkl``: how each rank sets itself up (environment, working directory, ``sys.path``, ``sys.argv``);
 * ``function.pkl`` and ``arguments.bin``: the payload;
 * ``result_<rank>.bin``: what each rank returned, or how it failed;
 * ``stacks_<rank>.txt`` and ``probe_<rank>.sock``: where a rank writes its stacks on a signal, and the socket on
@@ -32,6 +32,8 @@ class RankSetup:
     """Per global rank: the variables that differ between ranks (``RANK``, ``LOCAL_RANK``...)."""
     cwd: str
     sys_path: List[str]
+    argv: List[str]
+    """The caller's ``sys.argv``."""
 
 
 class CallFiles:

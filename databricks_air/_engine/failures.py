@@ -7,11 +7,9 @@ output, and lists every rank's fate. The exception is an instance of the root-ca
 
 from __future__ import annotations
 
-import linecache
 import pickle
-import re
 import signal
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional
 
 from databricks.air._engine import likely_causes
 from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord, describe_status
@@ -75,29 +73,6 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
     return error if isinstance(error, BaseException) else None
 
 
-_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
-
-
-def restore_code_files(traceback_text: str, code_files: Mapping[str, str]) -> str:
-    """Put real file names (and source lines, where the caller has them) into a rank's traceback.
-
-    Functions shipped by value carry ``<dynamic-code>`` as their file; ``code_files`` maps function names back.
-    """
-    lines: List[str] = []
-    for line in traceback_text.splitlines():
-        match = _DYNAMIC_FRAME.match(line)
-        filename = code_files.get(match.group(3)) if match else None
-        if match is None or filename is None:
-            lines.append(line)
-            continue
-        indent, number, function = match.groups()
-        lines.append(f'{indent}File "{filename}", line {number}, in {function}')
-        source = linecache.getline(filename, int(number)).strip()
-        if source:
-            lines.append(f"{indent}  {source}")
-    return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
-
-
 def results_or_error(
     outcomes: Iterable[RankOutcome],
     stop_reason: Optional[StopReason],
@@ -106,20 +81,22 @@ def results_or_error(
     log_dir: str,
     timeout: Optional[float] = None,
     timeout_note: str = "",
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
+    live_ranks: Optional[Collection[int]] = None,
 ) -> List[Any]:
     """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
     interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
 
     ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
-    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s;
-    ``stop_report`` says where the ranks were when stopping began.
+    timeout message (how to change the limit); ``hints``, ``stop_report`` (where the ranks were when stopping
+    began) and ``live_ranks`` are :func:`build_error`'s.
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, name, log_dir, code_files, hints, stop_report)
+        error = build_error(ordered, name, log_dir, hints, stop_report, live_ranks)
+        keep_tracebacks_in_logs(ordered)
+        raise error
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
@@ -139,11 +116,16 @@ def build_error(
     outcomes: List[RankOutcome],
     name: str,
     log_dir: str,
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
+    live_ranks: Optional[Collection[int]] = None,
 ) -> DistributedExecutionError:
-    """The exception for a call in which at least one rank failed on its own."""
+    """The exception for a call in which at least one rank failed on its own.
+
+    Each thing is said once: the headline holds the error's message, the traceback its frames; the last lines of
+    the failed rank's output are left out when the user has just seen them live (``live_ranks``, rank 0 by
+    default).
+    """
     world_size = len(outcomes)
     failed = sorted((o for o in outcomes if o.failed_on_its_own), key=lambda o: o.failed_at)
     root = failed[0]
@@ -152,19 +134,19 @@ def build_error(
     exit_codes = {o.rank: o.status for o in outcomes}
     record = root.record
     traceback_text = record.traceback if record is not None and root.kind is OutcomeKind.RAISED else None
-    if traceback_text:
-        traceback_text = restore_code_files(traceback_text, code_files or {})
 
     headline = _headline(root, original, world_size)
     sections = [f"{name}: {headline}"]
-    if traceback_text:
-        sections.append(f"Traceback from rank {root.rank}:\n{traceback_text.rstrip()}")
+    frames = _frames_only(traceback_text, record) if traceback_text else ""
+    if frames:
+        sections.append(f"Traceback from rank {root.rank} (most recent call last):\n{frames}")
     tail = log_tail(root.log_path)
-    sections.append(
-        f"Last 50 lines of rank {root.rank}'s output ({root.log_path}):\n{tail}"
-        if tail
-        else f"Rank {root.rank} wrote no output ({root.log_path})."
-    )
+    if root.rank not in (live_ranks if live_ranks is not None else (0,)):
+        sections.append(
+            f"Last 50 lines of rank {root.rank}'s output ({root.log_path}):\n{tail}"
+            if tail
+            else f"Rank {root.rank} wrote no output ({root.log_path})."
+        )
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
     causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
@@ -183,6 +165,38 @@ def build_error(
     if isinstance(original, (RankExitError, DistributedExecutionError)):
         return DistributedExecutionError(message, **report)
     return combine_with_rank_exception(original, message, **report)
+
+
+def _frames_only(traceback_text: str, record: Optional[RankRecord]) -> str:
+    """A rank's traceback without its first line (``Traceback (most recent call last):``) and without its last,
+    the exception's own line, which the headline already says."""
+    text = traceback_text.rstrip("\n")
+    header = "Traceback (most recent call last):\n"
+    if text.startswith(header):
+        text = text[len(header):]
+    if record is not None:
+        message = record.message or ""
+        ending = f": {message}" if message else (record.error_type or "")
+        cut = text.rfind("\n", 0, len(text) - len(ending)) if ending and text.endswith(ending) else -1
+        if cut >= 0 and not text[cut + 1:].startswith(" "):  # the exception's line, not a frame's source line
+            text = text[:cut]
+    return text
+
+
+def keep_tracebacks_in_logs(outcomes: Iterable[RankOutcome]) -> None:
+    """Append each rank's traceback to its log (``rank_<r>.txt``), where a user reading the file expects it.
+
+    A rank does not print its own traceback: the caller's report shows it once; written to the live output too, it
+    would be read twice (three times with the log's tail)."""
+    for outcome in outcomes:
+        record = outcome.record
+        if record is None or outcome.kind is not OutcomeKind.RAISED or not record.traceback:
+            continue
+        try:
+            with open(outcome.log_path, "a", encoding="utf-8", errors="replace") as log:
+                log.write(record.traceback if record.traceback.endswith("\n") else record.traceback + "\n")
+        except OSError:
+            pass  # the log is the user's to keep; a report without it is still whole
 
 
 def _headline(root: RankOutcome, original: BaseException, world_size: int) -> str:

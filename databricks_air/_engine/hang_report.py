@@ -25,7 +25,7 @@ import sysconfig
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from databricks.air._engine.snapshot import Collective, Frame, GroupPosition, RankSnapshot, ThreadStack
+from databricks.air._engine.snapshot import Collective, Frame, GroupPosition, RankSnapshot
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DISTRIBUTED = os.path.join("torch", "distributed", "")
@@ -58,12 +58,11 @@ class HangReport:
         return "\n".join([heading, *self.table, "", self.verdict])
 
 
-def build(views: Sequence[RankView], code_files: Optional[Dict[str, str]] = None,
-          now: Optional[float] = None) -> HangReport:
-    """The report for ``views`` (one per rank). ``code_files`` maps functions shipped by value to their files."""
+def build(views: Sequence[RankView], now: Optional[float] = None) -> HangReport:
+    """The report for ``views`` (one per rank)."""
     now = time.time() if now is None else now
     ordered = sorted(views, key=lambda view: view.rank)
-    places = {view.rank: user_place(view.snapshot, code_files or {}) for view in ordered}
+    places = {view.rank: user_place(view.snapshot) for view in ordered}
     table = _table(ordered, places, now)
     verdict, suspects = _verdict(ordered, places, now)
     return HangReport(table, verdict, suspects)
@@ -72,16 +71,16 @@ def build(views: Sequence[RankView], code_files: Optional[Dict[str, str]] = None
 # --- where a rank is -----------------------------------------------------------------------------------------------
 
 
-def user_place(snapshot: Optional[RankSnapshot], code_files: Dict[str, str]) -> Optional[Frame]:
-    """The innermost frame of the rank's main thread that is the user's code, with its source line."""
+def user_place(snapshot: Optional[RankSnapshot]) -> Optional[Frame]:
+    """The innermost frame of the rank's main thread that is the user's code, with its source line (code shipped by
+    value keeps its file: :mod:`databricks.air._engine.by_value`)."""
     thread = snapshot.main_thread if snapshot is not None else None
     if thread is None:
         return None
     for frame in reversed(thread.frames):
-        file = code_files.get(frame.function, frame.file) if frame.file.startswith("<dynamic") else frame.file
-        if is_user_file(file):
-            source = frame.source or linecache.getline(file, frame.line).strip()
-            return Frame(file, frame.line, frame.function, source)
+        if is_user_file(frame.file):
+            source = frame.source or linecache.getline(frame.file, frame.line).strip()
+            return Frame(frame.file, frame.line, frame.function, source)
     return None
 
 
@@ -191,7 +190,6 @@ def _seconds(seconds: float) -> str:
 
 
 def _verdict(views: Sequence[RankView], places: Dict[int, Optional[Frame]], now: float) -> Tuple[str, List[int]]:
-    by_rank = {view.rank: view for view in views}
     running = [view for view in views if view.ended is None and view.snapshot is not None]
     waits: Dict[Tuple[str, int], List[Tuple[int, GroupPosition, Collective]]] = {}
     for view in running:

@@ -76,6 +76,7 @@ class LocalCall(Call):
                               for r in range(launch.world_size)],
                 cwd=launch.cwd,
                 sys_path=list(launch.sys_path),
+                argv=list(launch.argv),
             )
         )
         self.open_outputs(launch.world_size)

@@ -57,12 +57,11 @@ def build(
     outcomes: Mapping[int, RankOutcome],
     snapshots: Dict[int, RankSnapshot],
     log_dir: str,
-    code_files: Optional[Mapping[str, str]] = None,
     folder_name: str = SNAPSHOT_FOLDER,
 ) -> StopReport:
     """The report over every rank of the call, its files written under ``log_dir/folder_name``."""
     views = [_view(outcome, snapshots.get(rank)) for rank, outcome in sorted(outcomes.items())]
-    report = hang_report.build(views, dict(code_files or {}))
+    report = hang_report.build(views)
     folder: Optional[str] = os.path.join(log_dir, folder_name)
     try:
         _write(folder, reason, report, snapshots)  # type: ignore[arg-type]

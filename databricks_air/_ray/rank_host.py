@@ -59,8 +59,11 @@ class RankHost:
 
     # --- the rank ----------------------------------------------------------------------------------------------------
 
-    def start(self, rank: int, world_size: int, environ: Dict[str, str], function: bytes, arguments: bytes) -> int:
-        """Write the call files on this node and start the rank; returns its process id."""
+    def start(
+        self, rank: int, world_size: int, environ: Dict[str, str], function: bytes, arguments: bytes, argv: List[str]
+    ) -> int:
+        """Write the call files on this node and start the rank (``argv``: the caller's ``sys.argv``); returns its
+        process id."""
         files = CallFiles.create()
         self._files = files
         self._rank = rank
@@ -70,7 +73,9 @@ class RankHost:
         full_environ = {**os.environ, **environ}
         # The working directory is Ray's copy of the caller's (runtime_env working_dir), already on sys.path.
         files.write_setup(
-            RankSetup(environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path))
+            RankSetup(
+                environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path), argv=argv
+            )
         )
         # The rank asks to die with this actor before it imports anything (and exits if the actor died first).
         command = python_command(rank_entry.__name__, [files.path, str(rank)], parent_pid=os.getpid())

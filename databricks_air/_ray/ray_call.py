@@ -12,7 +12,8 @@ hosts, and on closing kills the actors and removes the placement group, so nothi
 
 Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
 variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
-switches): not the caller's whole environment, whose paths mean nothing on another machine.
+switches, accelerate's settings with ``ACCELERATE_USE_CPU`` for CPU ranks): not the caller's whole environment,
+whose paths mean nothing on another machine.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from databricks.air._ray.request import RankRequest
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
 
-FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_")
+FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_", "ACCELERATE_")
 _POLL_SECONDS = 0.5
 _NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
 _CLOSE_SECONDS = 5.0
@@ -136,6 +137,7 @@ class RayCall(Call):
                 {**common, **rank_environ(self.places, place.rank, master_port)},
                 function,
                 arguments,
+                launch.argv,
             )
             for place in self.places
         ]
