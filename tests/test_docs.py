@@ -452,7 +452,7 @@ def test_not_checked_marks_only_an_output_block() -> None:
 
 def test_outputs_are_compared_with_what_varies_masked() -> None:
     shown = (
-        "databricks.air: running train on 2 CPU rank(s); logs: /tmp/databricks-air-logs/20261129-101500-train-k2j4x8qz\n"
+        "databricks.air: running train on 2 CPU rank(s); logs: /tmp/databricks-air-logs/20261129-101500-train-k2j4\n"
         "MLflow run train (5f0c3b8e6a1d4f0b9a0e2c7d1b3a4e5f) in sqlite:////home/me/mlflow.db; done in 2.5 s\n"
         "2026/11/29 10:15:20 INFO mlflow: tables\n"
         "epoch 0  loss 8.2383\n"
