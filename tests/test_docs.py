@@ -57,7 +57,6 @@ OUTPUT_NOT_YET_CHECKED = {
     "docs/concepts/results-and-errors.md",
     "docs/concepts/timeouts-and-interrupts.md",
     "docs/data.md",
-    "docs/migration.md",
     "docs/scaling.md",
     "docs/troubleshooting.md",
     "docs/workloads.md",
