@@ -225,7 +225,7 @@ class Supervisor:
     def _node_variables(self, group: NodeGroup, port: int, secrets: Dict[str, str],
                         tracked: Optional[attempt_tracking.TrackedAttempt]) -> List[NodeVariables]:
         spec, plan = self.spec, self.spec.node_plan
-        hyperparameters = self.folder.file(registry.HYPERPARAMETERS) if spec.has_parameters else None
+        hyperparameters = self.folder.node_file(registry.HYPERPARAMETERS) if spec.has_parameters else None
         address = group.master_address()
         if plan.cpu:
             devices = {"CUDA_VISIBLE_DEVICES": ""}  # CPU ranks: the command sees no GPU, as on a CPU node
