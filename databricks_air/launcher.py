@@ -194,7 +194,7 @@ class DistributedFunction:
                 run.start_log_uploads(log_dir)
                 if not self.remote:  # this node's metrics say nothing of ranks on other machines
                     run.start_system_metrics()
-            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)
+            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run)
         except KeyboardInterrupt:
             status = "KILLED"
             raise
@@ -218,7 +218,13 @@ class DistributedFunction:
         }
 
     def _launch(
-        self, name: str, function_bytes: bytes, argument_bytes: bytes, environ: Dict[str, str], log_dir: str
+        self,
+        name: str,
+        function_bytes: bytes,
+        argument_bytes: bytes,
+        environ: Dict[str, str],
+        log_dir: str,
+        run: Optional[tracking.CallRun],
     ) -> List[Any]:
         launch = engine.Launch(
             name=name,
@@ -233,7 +239,10 @@ class DistributedFunction:
             timeout_note=_timeout_note(self.timeout),
             show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
             start_method=os.environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
-            grace_period=_grace_period(),
+            grace_period=_seconds(_variables.TERMINATE_GRACE_SECONDS, 3.0),
+            snapshot_seconds=_seconds(_variables.SNAPSHOT_SECONDS, 5.0),
+            stall_seconds=_seconds(_variables.STALL_SECONDS, 600.0),
+            on_report=run.keep_snapshot if run is not None else None,
             code_files=payload.code_files(self.func),
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
@@ -269,11 +278,11 @@ def _timeout_note(timeout: Optional[float]) -> str:
     )
 
 
-def _grace_period() -> float:
-    variable = _variables.TERMINATE_GRACE_SECONDS
+def _seconds(variable: str, default: float) -> float:
+    """A number of seconds from the environment (``default`` when unset)."""
     value = os.environ.get(variable, "")
     try:
-        return max(0.0, float(value)) if value else 3.0
+        return max(0.0, float(value)) if value else default
     except ValueError:
         raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
 

@@ -13,8 +13,10 @@ import re
 import signal
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord
+from databricks.air._engine import likely_causes
+from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord, describe_status
 from databricks.air._engine.output import log_tail
+from databricks.air._engine.stop_report import StopReport
 from databricks.air._engine.supervision import StopReason
 from databricks.air.exceptions import (
     DistributedExecutionError,
@@ -23,19 +25,6 @@ from databricks.air.exceptions import (
     SerializationError,
     combine_with_rank_exception,
 )
-
-
-def describe_status(status: Optional[int]) -> str:
-    """``exit code 1``, ``killed by SIGKILL``..."""
-    if status is None:
-        return "still running"
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}"
-    return f"exit code {status}"
 
 
 def rank_exception(outcome: RankOutcome, world_size: int) -> BaseException:
@@ -119,23 +108,30 @@ def results_or_error(
     timeout_note: str = "",
     code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
+    stop_report: Optional[StopReport] = None,
 ) -> List[Any]:
     """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
     interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
 
     ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
-    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s.
+    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s;
+    ``stop_report`` says where the ranks were when stopping began.
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, name, log_dir, code_files, hints)
+        raise build_error(ordered, name, log_dir, code_files, hints, stop_report)
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
-        raise LocalExecutionTimeoutError(
-            f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks "
-            f"were stopped. {timeout_note}Every rank's output is in {log_dir}"
-        )
+        sections = [f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks were "
+                    f"stopped. {timeout_note}".rstrip()]
+        if stop_report is not None:
+            sections.append(stop_report.text("Where the ranks were when the time was up:"))
+        causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in ordered}))
+        if causes:
+            sections.append(causes)
+        sections.append(f"Every rank's output is in {log_dir}")
+        raise LocalExecutionTimeoutError("\n\n".join(sections))
     return [o.value for o in ordered]
 
 
@@ -145,6 +141,7 @@ def build_error(
     log_dir: str,
     code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
+    stop_report: Optional[StopReport] = None,
 ) -> DistributedExecutionError:
     """The exception for a call in which at least one rank failed on its own."""
     world_size = len(outcomes)
@@ -170,7 +167,13 @@ def build_error(
     )
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
+    causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
+    if causes:
+        sections.append(causes)
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
+    stopped = sorted(rank for rank in (stop_report.snapshots if stop_report is not None else {}) if rank not in failures)
+    if stop_report is not None and stopped:  # where the ranks the launcher stopped were (not those that failed too)
+        sections.append(stop_report.table(f"When rank {root.rank} failed, the other ranks were:", stopped))
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)
 

@@ -26,15 +26,16 @@ from typing import Optional
 
 import cloudpickle
 
-from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine import rank_probe
+from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
 from databricks.air._engine.values import read_value_file, write_value_file
 
 
-def apply_setup(files: CallFiles, rank: int) -> None:
+def apply_setup(files: CallFiles, rank: int, setup: Optional[RankSetup] = None) -> None:
     """Reproduce the caller's environment, working directory and ``sys.path`` in this process."""
-    setup = files.read_setup()
+    setup = setup if setup is not None else files.read_setup()
     environ = dict(setup.environ)
     environ.update(setup.rank_environ[rank])
     os.environ.clear()
@@ -123,13 +124,20 @@ def finish(status: int) -> None:
 def run(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
+    files = CallFiles(call_dir)
+    setup: Optional[RankSetup] = None
+    try:
+        setup = files.read_setup()
+        if rank_probe.wanted(setup.environ):  # from the start: unpickling the function may hang
+            rank_probe.install(files.stacks(rank), files.probe(rank))
+    except BaseException:  # noqa: BLE001 - reported below, where the setup is read again
+        setup = None
     # Before anything can import torch.distributed (unpickling the function may): a model that outlives
     # destroy_process_group() must not deadlock the rank when it is freed (see process_groups).
     keep_destroyed_groups()
-    files = CallFiles(call_dir)
     status = 1
     try:
-        apply_setup(files, rank)
+        apply_setup(files, rank, setup)
         status = run_function(files, rank)
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
         record = _failure(OutcomeKind.RAISED, error)
