@@ -26,6 +26,7 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
 from databricks.air import _variables, compute
+from databricks.air._ray.ray_call import absolute_store
 from databricks.air.workloads import attempt_tracking, secret_store, statuses, supervisor
 from databricks.air.workloads.backends import ray_package, ray_report
 from databricks.air.workloads.backends.base import Backend, CannotPlace
@@ -155,7 +156,7 @@ class RayBackend(Backend):
                 variables[name] = os.environ[name]
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if uri:
-            variables["MLFLOW_TRACKING_URI"] = _absolute_store(uri, os.getcwd())
+            variables["MLFLOW_TRACKING_URI"] = absolute_store(uri, os.getcwd())
         variables[_variables.BETA_NOTICE_SHOWN] = "1"  # shown once, here
         variables["RAY_JOB_STOP_WAIT_TIME_S"] = str(int(supervisor.grace_seconds()) + _STOP_WAIT_EXTRA_SECONDS)
         return variables
@@ -278,14 +279,3 @@ def _end_as_the_job_did(folder: RunFolder, state: RunState, status: str, info: A
 
 def _is_local_store(uri: str) -> bool:
     return not uri or uri.startswith(("file:", "sqlite:")) or ("://" not in uri and uri not in _NAMED_STORES)
-
-
-def _absolute_store(uri: str, cwd: str) -> str:
-    """A local MLflow store named relative to the submitter's folder, named absolutely (the run is elsewhere)."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///"):])
-    if uri.startswith("file:") and not uri.startswith("file:/"):
-        return "file:" + os.path.join(cwd, uri[len("file:"):])
-    if ":" not in uri and uri not in _NAMED_STORES and not os.path.isabs(uri):
-        return os.path.join(cwd, uri)
-    return uri

@@ -17,6 +17,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from databricks.air._ray.ray_call import max_resources
 from databricks.air._ray.require import import_ray
 from databricks.air.workloads import environments
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
@@ -27,16 +28,6 @@ from databricks.air.workloads.run_state import NodePlan
 _POLL_SECONDS = 0.2
 _CLOSE_EXTRA_SECONDS = 10.0
 _LOST = 128 + signal.SIGKILL  # the exit status of a node whose actor died
-
-
-def max_resources() -> Optional[Dict[str, float]]:
-    """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
-    try:
-        from ray._private.state import state
-
-        return state.get_max_resources_from_cluster_config()
-    except Exception:  # noqa: BLE001 - a private API of Ray: without it, the live nodes are the limit
-        return None
 
 
 class RayNodes(NodeLauncher):
