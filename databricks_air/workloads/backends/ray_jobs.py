@@ -163,4 +163,4 @@ class RayJobs:
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
