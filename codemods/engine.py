@@ -34,7 +34,7 @@ import libcst
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate.results import FileResult, Record
 from air_migrate.rule_base import AnyRule, CellContext, FileOptions, LineRule, Rule
-from air_migrate.cell_pass import CellOutcome, PreparedCell
+from air_migrate.cell_pass import CellOutcome, PreparedCell, prepare_cell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
 
@@ -45,7 +45,6 @@ __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 @dataclasses.dataclass
 class _ParsedCell:
     cell: Cell
-    prefix: str
     prepared: PreparedCell
     outcome: Optional[CellOutcome] = None
 
@@ -109,6 +108,7 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
     unparsed: List[str] = []
     parsed: List[_ParsedCell] = []
     wanted, scanned = _scan_file(result, source, rule_types, scratch)
+    last = max((cell.number for cell in source.cells if cell.code and cell.text is not None), default=0)
     for cell in source.cells:
         if not cell.code:
             continue
@@ -119,23 +119,24 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
             continue
         unparsed.extend(cell.masks.values())
         if cell.number not in wanted and not context.mentions(cell.text):
-            context.add(cell.number, cell.text)
+            if cell.number != last:
+                context.add(cell.number, cell.text)
             continue
         newline = _newline(cell.text)
-        prefix, statements = context.prefix(newline)
+        prefix = context.imports(newline)
+        template = CellContext(cell.number, file=scratch, kind=source.kind, unparsed=unparsed)
         try:
-            module = libcst.parse_module(prefix + cell.text)
+            prepared = prepare_cell(cell.text, prefix, rule_types, template, newline)
         except libcst.ParserSyntaxError as error:
             unparsed.append(cell.raw)
-            _report_unparsable(result, source, cell, describe(cell.text, error, prefix.count("\n")))
+            prefix_lines = sum(found.text.count("\n") for found in prefix)
+            _report_unparsable(result, source, cell, describe(cell.text, error, prefix_lines))
             if result.error is not None:
                 return []
             continue
-        cell_context = CellContext(
-            cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text, source.kind, unparsed
-        )
-        parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
-        context.add(cell.number, cell.text)
+        parsed.append(_ParsedCell(cell, prepared))
+        if cell.number != last:  # a later cell may use its imports
+            context.add(cell.number, cell.text)
     return parsed
 
 
@@ -234,21 +235,12 @@ def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool) -> Op
     """The cell's new (masked) Python text; ``None`` when it does not parse (a rule's bug: never write it)."""
     assert unit.outcome is not None
     if apply_changes:
-        code = unit.outcome.module.code
+        module = unit.outcome.module
     elif todo_comments and unit.outcome.marks:
-        code = unit.prepared.markers_only(unit.outcome.marks).code
+        module = unit.prepared.markers_only(unit.outcome.marks)
     else:
         return unit.cell.text
-    if not code.startswith(unit.prefix):
-        return None
-    text = code[len(unit.prefix):]
-    if text != unit.cell.text:
-        try:
-            libcst.parse_module(text)
-            ast.parse(text)
-        except (libcst.ParserSyntaxError, SyntaxError, ValueError):
-            return None
-    return text
+    return unit.prepared.new_text(module, unit.cell.text or "")
 
 
 def _internal_error(result: FileResult, cell: int) -> FileResult:
