@@ -112,11 +112,15 @@ class ImportContext:
             self._pattern = _words_pattern(self._bound)
 
     def imports(self, newline: str) -> List[PrefixImport]:
-        """The earlier cells' imports, one statement each, in ``newline`` line endings (what goes before a cell)."""
-        return [
-            PrefixImport(found.text.replace("\r\n", "\n").replace("\n", newline) + newline, found.cell, found.line)
-            for found in self._imports
-        ]
+        """The earlier cells' imports, one statement each, in ``newline`` line endings (what goes before a cell).
+
+        A statement written again in a later cell is given once, where it was written last: it binds the same names
+        to the same objects, and the last binding of each name is the one that holds, as when the notebook runs top
+        to bottom (a notebook that imports in many cells would otherwise give each cell a longer prefix)."""
+        texts = [found.text.replace("\r\n", "\n").replace("\n", newline) + newline for found in self._imports]
+        last = {text: index for index, text in enumerate(texts)}
+        return [PrefixImport(text, found.cell, found.line)
+                for index, (text, found) in enumerate(zip(texts, self._imports)) if last[text] == index]
 
     def prefix(self, newline: str) -> Tuple[str, Tuple[PrefixStatement, ...]]:
         """The earlier cells' imports as text (one statement a line, in ``newline``), and where each one came from."""

@@ -213,9 +213,10 @@ def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
 
 
 class _StatementPositions(Mapping):  # type: ignore[type-arg]
-    """``PositionProvider`` for a node inside the top-level statement being traversed, computed over that
-    statement alone and shifted by the lines before it (a top-level statement starts at column 0); any other node
-    gets the positions computed over the whole cell. A report rarely needs more than a few statements' positions,
+    """``PositionProvider`` for a node inside the top-level statement being traversed (or for a top-level statement
+    and the small statements of one, such as the imports a survey asks about), computed over that statement alone
+    and shifted by the lines before it (a top-level statement starts at column 0); any other node gets the
+    positions computed over the whole cell. A report rarely needs more than a few statements' positions,
     and the whole cell's cost as much as parsing it.
 
     Within a statement, positions are computed only as far as the node asked for (most reports are in a
@@ -228,13 +229,21 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
         self._ancestors = ancestors
         self._wrapper = wrapper
         self._starts: Optional[Dict[libcst.CSTNode, int]] = None
+        self._owners: Optional[Dict[libcst.CSTNode, libcst.CSTNode]] = None
         self._computed: Dict[libcst.CSTNode, "_Shifted"] = {}
         self._whole: Optional[Mapping] = None  # type: ignore[type-arg]
 
     def _local(self, node: libcst.CSTNode) -> Optional[Mapping]:  # type: ignore[type-arg]
-        if len(self._ancestors) < 2 or self._module.default_newline not in ("\n", "\r\n"):
+        if self._module.default_newline not in ("\n", "\r\n"):
             return None
-        statement = self._ancestors[1]
+        if self._owners is None:  # a top-level statement, or a small statement of one (an import, in a survey)
+            self._owners = {each: each for each in self._module.body}
+            for each in self._module.body:
+                if isinstance(each, libcst.SimpleStatementLine):
+                    self._owners.update((small, each) for small in each.body)
+        statement = self._owners.get(node) or (self._ancestors[1] if len(self._ancestors) > 1 else None)
+        if statement is None:
+            return None
         found = self._computed.get(statement)
         if found is None:
             if self._starts is None:
