@@ -33,13 +33,14 @@ def render_diff(result: FileResult, display_path: str, notebook: bool, diff_form
     """The diff of one changed file: per cell for a notebook in the ``cells`` format, else of the whole file."""
     if diff_format == CELLS and notebook and result.cells:
         return cell_diffs(result, display_path)
-    return file_diff(result.original, result.migrated or result.original, display_path)
+    return file_diff(result.original, result.migrated or result.original, display_path, result.encoding)
 
 
-def file_diff(before: bytes, after: bytes, display_path: str) -> str:
-    """A unified diff of two versions of a file, with git's ``a/`` and ``b/`` headers."""
+def file_diff(before: bytes, after: bytes, display_path: str, encoding: str = "utf-8") -> str:
+    """A unified diff of two versions of a file in ``encoding``, with git's ``a/`` and ``b/`` headers."""
     relative = patch_path(display_path)
-    return _unified(_lines(before.decode("utf-8")), _lines(after.decode("utf-8")), f"a/{relative}", f"b/{relative}")
+    return _unified(_lines(before.decode(encoding)), _lines(after.decode(encoding)), f"a/{relative}",
+                    f"b/{relative}")
 
 
 def cell_diffs(result: FileResult, display_path: str) -> str:

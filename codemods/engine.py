@@ -63,12 +63,13 @@ def migrate_file(
     result = FileResult(path, data)
     if not mentions_any(data):
         return result
+    result.relevant = True  # (also when it cannot be read: it does mention the old API)
     try:
         source = read_source(path, data)
     except SourceError as error:
         result.error = str(error)
         return result
-    result.relevant = True
+    result.encoding = source.encoding
     options = FileOptions(source.kind, fix_pip, pip_package)
     line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
     rule_types = [rule for rule in rules if issubclass(rule, Rule)]
@@ -96,8 +97,12 @@ def migrate_file(
             new_texts[number] = _fix_lines(new_texts.get(number, cell.raw), line_rules, shell=cell.shell)
     changed = {n: text for n, text in new_texts.items() if text != source.cells[n - 1].raw}
     if changed:
+        try:
+            result.migrated = source.render(changed)
+        except SourceError as error:
+            result.error = str(error)
+            return result
         result.cells = {n: (source.cells[n - 1].raw, text) for n, text in sorted(changed.items())}
-        result.migrated = source.render(changed)
     return result
 
 
