@@ -11,7 +11,7 @@ There are two kinds of rule, both registered by code in :data:`REGISTRY`:
 * :class:`LineRule`, over the raw lines of a cell (``%pip`` and ``%run`` magics, ``# MAGIC`` lines), which libcst
   never sees.
 
-Safety (item 21): a change is either safe (the program means the same) or flagged ``review`` (it is made, and a
+Safety: a change is either safe (the program means the same) or flagged ``review`` (it is made, and a
 person should check it, e.g. ``import *``); each rule's docstring says which of its changes are which. What a rule
 cannot change correctly it leaves as written and reports as ``attention`` (``blocking`` when the file would be
 half-migrated without it).

@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+from databricks.air._variables import BETA_NOTICE_SHOWN
 from databricks.air.version import __version__
 
 __all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
@@ -24,9 +25,8 @@ __all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 logging.getLogger("databricks.sdk").setLevel(logging.WARNING)
 
 # Shown once per process tree: ranks inherit the variable, so they do not repeat it.
-_BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
-if not os.environ.get(_BETA_NOTICE_VARIABLE):
-    os.environ[_BETA_NOTICE_VARIABLE] = "1"
+if not os.environ.get(BETA_NOTICE_SHOWN):
+    os.environ[BETA_NOTICE_SHOWN] = "1"
     logging.getLogger("databricks.air").warning(
         "databricks.air is in Beta: its API may still change between releases."
     )

@@ -16,6 +16,7 @@ import os
 import re
 from typing import List, Optional, Union
 
+from databricks.air import _variables
 from databricks.air.exceptions import GPUTypeError
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 CPU = "CPU"
-ACCELERATOR_TYPE_VARIABLE = "DATABRICKS_AIR_ACCELERATOR_TYPE"
 
 
 class GPUType(enum.Enum):
@@ -152,7 +152,7 @@ def parse_gpu_model(device_name: str) -> Optional[GPUType]:
 
 def cpu_mode_from_environment() -> bool:
     """True when ``DATABRICKS_AIR_ACCELERATOR_TYPE=CPU`` asks for CPU ranks whatever the code says."""
-    return os.environ.get(ACCELERATOR_TYPE_VARIABLE, "").strip().upper() == CPU
+    return os.environ.get(_variables.ACCELERATOR_TYPE, "").strip().upper() == CPU
 
 
 def attached_gpu_count() -> int:

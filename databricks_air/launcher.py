@@ -27,20 +27,15 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from databricks.air import payload, tracking, validation
-from databricks.air._engine import rank_server_handle
-from databricks.air._switches import switched_on
+from databricks.air import _variables, payload, tracking, validation
 from databricks.air._engine import launch as engine
+from databricks.air._switches import switched_on
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import RuntimeConfigurationError, SerializationError
 
 __all__ = ["distributed"]
 
 DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
-SHOW_ALL_RANKS_VARIABLE = "DATABRICKS_AIR_SHOW_ALL_RANKS"
-START_METHOD_VARIABLE = "DATABRICKS_AIR_START_METHOD"
-LOG_DIR_VARIABLE = "DATABRICKS_AIR_LOG_DIR"
-GRACE_VARIABLE = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"
 
 _UNSET: Any = object()
 
@@ -69,19 +64,26 @@ class DistributedFunction:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         accelerator_type: Any = None,
     ) -> None:
-        if not callable(func):
-            raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
-        shape, _ = validation.parse_type(accelerator_type)
-        model, _ = validation.parse_type(gpu_type)
-        if isinstance(model, AcceleratorType):  # a shape passed as gpu_type
-            shape, model = shape or model, model.gpu_type
-        self.gpus = gpus
-        self.gpu_type: Optional[GPUType] = model if model is not None else getattr(shape, "gpu_type", None)
+        _require_callable(func)
+        self._set_up(func, validation.RankSettings.given(gpus, gpu_type, accelerator_type), remote, timeout)
+
+    @classmethod
+    def _resolved(
+        cls, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any
+    ) -> "DistributedFunction":
+        """The object for settings already resolved (by :func:`build`): nothing is parsed again."""
+        _require_callable(func)
+        function = cls.__new__(cls)
+        function._set_up(func, settings, remote, timeout)
+        return function
+
+    def _set_up(self, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any) -> None:
+        self._settings = settings
+        self.gpus = settings.count
+        self.gpu_type: Optional[GPUType] = settings.gpu_type
         self.remote = remote
         self.func = func
         self.timeout = validation.check_timeout(timeout)
-        self._shape: Optional[AcceleratorType] = shape  # type: ignore[assignment]
-        self._requested: validation.RequestedType = shape or self.gpu_type
         self.last_log_dir: Optional[str] = None
 
     @property
@@ -96,9 +98,7 @@ class DistributedFunction:
         The attached shape; ``AcceleratorType.CPU`` for CPU ranks; ``None`` for GPU models the reference has no
         shape for (H200, A100...).
         """
-        if self._shape is None and self.gpu_type is not None:
-            return AcceleratorType.from_gpu_type(self.gpu_type, self.gpus)
-        return self._shape
+        return self._settings.shape
 
     @property
     def gpus_per_node(self) -> int:
@@ -148,7 +148,7 @@ class DistributedFunction:
         return build(
             self.func,
             count if count is not None else self.num_accelerators,
-            requested if requested is not None else self._requested,
+            requested if requested is not None else self._settings.requested,
             self.remote if remote is None else remote,
             timeout,
         )
@@ -176,8 +176,7 @@ class DistributedFunction:
                 except RuntimeConfigurationError:
                     pass  # the store is unreachable: the serialization error is the one to report
             raise
-        if not self.remote:  # the rank server starts (importing torch) while the MLflow run is created
-            rank_server_handle.pool.prewarm(environ)
+        engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
         run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
         status, failure, log_dir = "FAILED", None, None
         try:
@@ -232,17 +231,20 @@ class DistributedFunction:
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
-            show_all_ranks=switched_on(SHOW_ALL_RANKS_VARIABLE),
-            start_method=os.environ.get(START_METHOD_VARIABLE, "fork").strip().lower() or "fork",
+            show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
+            start_method=os.environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
             grace_period=_grace_period(),
             code_files=payload.code_files(self.func),
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
+            remote=self.remote,
+            accelerator_type=self.accelerator_type,
         )
-        if self.remote:
-            from databricks.air._ray import remote_call, request  # Ray is optional: imported for remote runs only
-
-            return remote_call.run(launch, request.RankRequest(self.num_accelerators, self.accelerator_type))
         return engine.run(launch)
+
+
+def _require_callable(func: Any) -> None:
+    if not callable(func):
+        raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
 
 
 def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> inspect.BoundArguments:
@@ -268,16 +270,17 @@ def _timeout_note(timeout: Optional[float]) -> str:
 
 
 def _grace_period() -> float:
-    value = os.environ.get(GRACE_VARIABLE, "")
+    variable = _variables.TERMINATE_GRACE_SECONDS
+    value = os.environ.get(variable, "")
     try:
         return max(0.0, float(value)) if value else 3.0
     except ValueError:
-        raise RuntimeConfigurationError(f"{GRACE_VARIABLE} must be a number of seconds, not {value!r}") from None
+        raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
 
 
 def _make_log_dir(function_name: str) -> str:
     """A new directory for this call's logs (kept after the call), under ``DATABRICKS_AIR_LOG_DIR`` or tmp."""
-    root = os.environ.get(LOG_DIR_VARIABLE) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
+    root = os.environ.get(_variables.LOG_DIR) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
     os.makedirs(root, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in function_name)[:60]
@@ -289,15 +292,10 @@ def build(
 ) -> DistributedFunction:
     """Resolve the settings (against this machine, or for a Ray cluster when ``remote``) and wrap ``func``."""
     if remote:
-        from databricks.air._ray import request, require  # Ray is optional: imported for remote runs only
+        from databricks.air._ray import require  # Ray is optional: imported for remote runs only
 
         require.require_ray()
-        count, shape = request.resolve(count, requested)
-    else:
-        count, shape = validation.resolve_local(count, requested)
-    function = DistributedFunction(count, shape.gpu_type if shape else None, remote, func, timeout, shape)
-    function._requested = requested
-    return function
+    return DistributedFunction._resolved(func, validation.resolve(count, requested, remote), remote, timeout)
 
 
 def distributed(

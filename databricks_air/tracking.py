@@ -26,15 +26,12 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional
 
+from databricks.air import _notebook, _variables
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
 
-SWITCH_VARIABLE = "DATABRICKS_AIR_MLFLOW"
-UPLOAD_SECONDS_VARIABLE = "DATABRICKS_AIR_LOG_UPLOAD_SECONDS"
 DEFAULT_UPLOAD_SECONDS = 30.0
-SYSTEM_METRICS_VARIABLE = "DATABRICKS_AIR_SYSTEM_METRICS"
-SYSTEM_METRICS_SECONDS_VARIABLE = "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS"
 _TAG_LIMIT = 5000
 
 
@@ -49,7 +46,7 @@ FAILURE_HINTS = {
 
 def tracking_enabled() -> bool:
     """False when ``DATABRICKS_AIR_MLFLOW`` is ``0``, ``false`` or ``no``."""
-    return not switched_off(SWITCH_VARIABLE)
+    return not switched_off(_variables.MLFLOW)
 
 
 class CallRun:
@@ -86,7 +83,7 @@ class CallRun:
         except Exception as error:  # noqa: BLE001 - any store failure
             raise RuntimeConfigurationError(
                 f"cannot create an MLflow run in {uri}: {error}. Fix the tracking store, or set "
-                f"{SWITCH_VARIABLE}=0 to run without tracking."
+                f"{_variables.MLFLOW}=0 to run without tracking."
             ) from error
         client.log_batch(run.info.run_id, params=[Param(key, str(value)) for key, value in params.items()])
         return cls(client, run.info.run_id, experiment_id, uri, name)
@@ -118,12 +115,6 @@ class CallRun:
 
     def show(self) -> None:
         """Show the run once: a link (HTML) in a Jupyter kernel, a plain line elsewhere."""
-        shell = _ipython_kernel_shell()
-        if shell is None:
-            print(f"databricks.air: {self.describe()}", file=sys.stderr, flush=True)
-            return
-        from IPython.display import HTML, display
-
         if self.url:
             body = f'<a href="{html.escape(self.url)}" target="_blank">MLflow run {html.escape(self.name)}</a>'
         else:
@@ -132,7 +123,8 @@ class CallRun:
                 f"MLflow run <code>{html.escape(self.run_id)}</code> ({html.escape(self.name)}) in "
                 f"<code>{html.escape(self.tracking_uri)}</code>; to see it: <code>{html.escape(command)}</code>"
             )
-        display(HTML(body), metadata={"databricks.air": {"run_id": self.run_id}})
+        metadata = {"databricks.air": {"run_id": self.run_id}}
+        _notebook.show(body, f"databricks.air: {self.describe()}", metadata=metadata)
 
     # --- logs and the end ----------------------------------------------------------------------------------------
 
@@ -142,7 +134,7 @@ class CallRun:
         The monitor runs in the caller: every rank is on this node, so it sees what a monitor in rank 0 would,
         without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off.
         """
-        if switched_off(SYSTEM_METRICS_VARIABLE):
+        if switched_off(_variables.SYSTEM_METRICS):
             return
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
@@ -150,7 +142,7 @@ class CallRun:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
         except ImportError:
             return
-        interval = float(os.environ.get(SYSTEM_METRICS_SECONDS_VARIABLE) or 10)
+        interval = float(os.environ.get(_variables.SYSTEM_METRICS_SECONDS) or 10)
         try:
             self._monitor = SystemMetricsMonitor(
                 self.run_id, sampling_interval=interval, node_id="node_0", tracking_uri=self.tracking_uri
@@ -162,7 +154,7 @@ class CallRun:
 
     def start_log_uploads(self, log_dir: str) -> None:
         """Upload ``rank_<r>.txt`` files every 30 s (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while the call runs."""
-        interval = float(os.environ.get(UPLOAD_SECONDS_VARIABLE) or DEFAULT_UPLOAD_SECONDS)
+        interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or DEFAULT_UPLOAD_SECONDS)
         self._uploader = _LogUploader(self, log_dir, interval)
         self._uploader.start()
 
@@ -224,7 +216,7 @@ def _check_reachable(uri: str) -> None:
         reason = getattr(error, "reason", error)
         raise RuntimeConfigurationError(
             f"the MLflow tracking server {uri} cannot be reached ({reason}). Start it or point "
-            f"MLFLOW_TRACKING_URI elsewhere, or set {SWITCH_VARIABLE}=0 to run without tracking."
+            f"MLFLOW_TRACKING_URI elsewhere, or set {_variables.MLFLOW}=0 to run without tracking."
         ) from None
 
 
@@ -265,18 +257,7 @@ def notebook_or_script_name() -> Optional[str]:
     if session:
         return os.path.splitext(os.path.basename(str(session)))[0] or None
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    if main_file and _ipython_kernel_shell() is None:
+    if main_file and not _notebook.in_jupyter_kernel():
         return os.path.splitext(os.path.basename(main_file))[0] or None
     return None
 
-
-def _ipython_kernel_shell() -> Optional[Any]:
-    """The IPython shell when running inside a Jupyter kernel, else ``None``."""
-    if "ipykernel" not in sys.modules:
-        return None
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None

@@ -2,11 +2,13 @@
 
 The order is the reference's: the timeout first (so that a machine without GPUs still reports configuration
 errors), then the deprecated names ``gpus``/``gpu_type`` and values (a ``FutureWarning`` each, attributed to the
-user's own line), then the count and the accelerator type against what this machine has.
+user's own line), then the count and the accelerator type against what this machine has, or, for ``remote=True``,
+against the rules of a cluster: :func:`resolve`, which gives the :class:`RankSettings` a decorated function keeps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import numbers
@@ -14,7 +16,7 @@ import os
 import warnings
 from typing import Any, Optional, Tuple, Union
 
-from databricks.air import compute
+from databricks.air import _variables, compute
 from databricks.air._warnings import user_stacklevel
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUTypeError, GPUValidationError, RuntimeConfigurationError
@@ -25,6 +27,39 @@ DEFAULT_TIMEOUT = 10800
 REMOVAL_NOTICE = "The deprecated form will be removed in AI runtime client image v7."
 
 RequestedType = Union[AcceleratorType, GPUType, None]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSettings:
+    """How many ranks a decorated function runs, and on what: resolved once, when it is decorated."""
+
+    count: int
+    shape: Optional[AcceleratorType]
+    """The resolved shape: the attached one, the remote one, ``CPU``; ``None`` for GPU models without a shape
+    (H200, A100...)."""
+    gpu_type: Optional[GPUType]
+    """The GPU model (``None`` for CPU ranks, and for models the reference does not name)."""
+    requested: RequestedType
+    """What was asked for: ``with_overrides`` keeps it, so that a new count re-derives the shape."""
+
+    @classmethod
+    def given(cls, count: int, gpu_type: Any, accelerator_type: Any) -> "RankSettings":
+        """Settings taken as given, not checked against a machine (``DistributedFunction(...)`` built directly)."""
+        shape, _ = parse_type(accelerator_type)
+        model, _ = parse_type(gpu_type)
+        if isinstance(model, AcceleratorType):  # a shape passed as gpu_type
+            shape, model = shape or model, model.gpu_type
+        gpu = model if model is not None else getattr(shape, "gpu_type", None)
+        requested = shape or gpu
+        if shape is None and gpu is not None:
+            shape = AcceleratorType.from_gpu_type(gpu, count)
+        return cls(count, shape, gpu, requested)  # type: ignore[arg-type]
+
+
+def resolve(count: Optional[int], requested: RequestedType, remote: bool) -> RankSettings:
+    """The settings of a run on this machine, checked against its GPUs, or of a ``remote`` run on a Ray cluster."""
+    count, shape = resolve_remote(count, requested) if remote else resolve_local(count, requested)
+    return RankSettings(count, shape, shape.gpu_type if shape is not None else None, requested)
 
 
 def check_timeout(timeout: Any) -> Optional[Union[int, float]]:
@@ -130,11 +165,31 @@ def _shown(value: Any) -> Any:
     return value.value if isinstance(value, (AcceleratorType, GPUType)) else value
 
 
+def _cpu_ranks(count: Optional[int], requested: RequestedType, remote: bool) -> Tuple[int, AcceleratorType]:
+    """CPU ranks: asked for with ``accelerator_type="CPU"``, or for any type by ``DATABRICKS_AIR_ACCELERATOR_TYPE``."""
+    where = " on the Ray cluster" if remote else ""
+    if count is None:
+        if remote:
+            raise GPUValidationError(f"remote=True needs num_accelerators: the number of ranks to run{where}")
+        count = 1
+    if requested not in (None, AcceleratorType.CPU):  # code that names a GPU, run on CPU ranks by the variable
+        logger.warning(
+            "%s=CPU: running %d CPU rank(s)%s instead of accelerator_type=%s",
+            _variables.ACCELERATOR_TYPE,
+            count,
+            where,
+            _shown(requested),
+        )
+    return count, AcceleratorType.CPU
+
+
 def resolve_remote(count: Optional[int], requested: RequestedType) -> Tuple[int, AcceleratorType]:
-    """The count and shape of a remote run (reference 3.3, remote rules)."""
+    """The count and shape of a remote run, by the reference's rules for remote runs (CPU ranks aside)."""
+    if compute.cpu_mode_from_environment() or requested is AcceleratorType.CPU:
+        return _cpu_ranks(count, requested, remote=True)
     if count is None:
         raise GPUValidationError("remote=True needs num_accelerators: the number of GPUs to run on")
-    if requested is None or requested is AcceleratorType.CPU:
+    if requested is None:
         raise GPUValidationError(f"remote=True needs accelerator_type, one of {AcceleratorType.values()}")
     if isinstance(requested, AcceleratorType):
         if requested is AcceleratorType.GPU_1xH100 and count != 1:
@@ -162,17 +217,8 @@ def resolve_local(count: Optional[int], requested: RequestedType) -> Tuple[int, 
     The shape is the attached one (4 of 8 H100s run as ``GPU_8xH100``); ``None`` for models the reference has
     no shape for (H200, A100, L4...), which run all the same when no type is asked for.
     """
-    if compute.cpu_mode_from_environment():
-        if requested not in (None, AcceleratorType.CPU):
-            logger.warning(
-                "%s=CPU: running %d CPU rank(s) instead of accelerator_type=%s",
-                compute.ACCELERATOR_TYPE_VARIABLE,
-                count or 1,
-                _shown(requested),
-            )
-        return count or 1, AcceleratorType.CPU
-    if requested is AcceleratorType.CPU:
-        return count or 1, AcceleratorType.CPU
+    if compute.cpu_mode_from_environment() or requested is AcceleratorType.CPU:
+        return _cpu_ranks(count, requested, remote=False)
     available = compute.attached_gpu_count()
     if importlib.util.find_spec("torch") is None:
         if available <= 0:
@@ -217,7 +263,7 @@ def _no_gpu_message() -> str:
     return (
         "no GPU is attached to this machine. To run on CPU ranks over gloo instead, decorate with "
         '@distributed(accelerator_type="CPU", num_accelerators=N) or set the environment variable '
-        f'{compute.ACCELERATOR_TYPE_VARIABLE}=CPU (then use dist.init_process_group("gloo") in the function).'
+        f'{_variables.ACCELERATOR_TYPE}=CPU (then use dist.init_process_group("gloo") in the function).'
     )
 
 

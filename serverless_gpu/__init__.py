@@ -12,13 +12,13 @@ import os
 import warnings
 
 from databricks.air import __version__, distributed, ray_init, ray_launch
+from databricks.air._variables import SERVERLESS_GPU_WARNED
 
 __all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 
 # Warned once per process tree: ranks inherit the variable, so they do not repeat the warning.
-_WARNED_VARIABLE = "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"
-if not os.environ.get(_WARNED_VARIABLE):
-    os.environ[_WARNED_VARIABLE] = "1"
+if not os.environ.get(SERVERLESS_GPU_WARNED):
+    os.environ[SERVERLESS_GPU_WARNED] = "1"
     warnings.warn(
         "serverless_gpu is deprecated: import from databricks.air instead (for example "
         "`from databricks.air import distributed`); the air-migrate command rewrites notebooks and scripts for you.",

@@ -1,4 +1,4 @@
-"""Accelerator types and detection (reference-api sections 2.1 to 2.4)."""
+"""Accelerator types and detection, as the reference has them."""
 
 from __future__ import annotations
 

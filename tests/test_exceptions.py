@@ -1,4 +1,4 @@
-"""The exception hierarchy (reference-api section 8) and our additions."""
+"""The exception hierarchy, as the reference has it, and our additions."""
 
 from __future__ import annotations
 

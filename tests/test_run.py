@@ -147,6 +147,26 @@ def test_large_values_come_back_whole() -> None:
     assert float(second.min()) == float(second.max()) == 1.0
 
 
+def test_returned_values_are_freed_as_soon_as_the_caller_drops_them() -> None:
+    """Nothing of a finished call holds on to its values (they may be gigabytes) until a garbage collection."""
+    import gc
+    import weakref
+
+    def tensor() -> object:
+        import torch
+
+        return torch.ones(4)
+
+    gc.disable()  # a collection would hide a reference cycle
+    try:
+        values = cpu2(tensor).distributed()
+        kept = [weakref.ref(value) for value in values]
+        del values
+        assert [ref() for ref in kept] == [None, None]
+    finally:
+        gc.enable()
+
+
 def test_a_call_reports_its_log_directory(capfd: pytest.CaptureFixture[str]) -> None:
     def talk() -> None:
         print(f"hello from {os.environ['RANK']}")
@@ -217,6 +237,7 @@ def test_a_master_port_in_use_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
 def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
     """Where the rank server cannot host the store (no torch.distributed there), plain env:// init still works."""
     from databricks.air._engine import launch as engine
+    from databricks.air._engine.local_call import LocalCall
 
     class NoStoreServer:
         def request(self, message: dict) -> dict:
@@ -227,7 +248,9 @@ def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
         name="f", world_size=2, function=b"", arguments=b"", environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},
         cwd=".", sys_path=[], log_dir=".",
     )
-    environ = engine._Call(plan, NoStoreServer(), None)._common_environ()  # type: ignore[arg-type]
+    call = LocalCall(plan)
+    call.server = NoStoreServer()  # type: ignore[assignment]
+    environ = call._common_environ()
     assert "TORCHELASTIC_USE_AGENT_STORE" not in environ
     assert 0 < int(environ["MASTER_PORT"]) < 65536
 

@@ -1,5 +1,5 @@
-"""The reference's decoration-time contract (reference-api 3.2 to 3.5): validation order, errors, FutureWarnings,
-logging notes, with_overrides. GPUs are simulated by replacing what NVML would report."""
+"""The reference's decoration-time contract: validation order, errors, FutureWarnings, logging notes,
+with_overrides. GPUs are simulated by replacing what NVML would report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import subprocess
 import sys
 import warnings
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import pytest
 
@@ -372,3 +372,27 @@ def test_the_beta_notice_is_logged_once_per_process_tree() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, env={**env, "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED": "1"}, check=True
     )
     assert "Beta" not in again.stderr
+
+
+# --- the settings are resolved once ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_decoration_parses_and_resolves_the_settings_once(
+    remote: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from databricks.air import validation
+
+    parsed: List[Any] = []
+    parse = validation.parse_type
+    monkeypatch.setattr(validation, "parse_type", lambda value: parsed.append(value) or parse(value))
+    monkeypatch.setenv("DATABRICKS_AIR_ACCELERATOR_TYPE", "CPU")
+    with caplog.at_level(logging.WARNING, logger="databricks.air"):
+        fn = distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=remote)(train)
+    assert parsed == ["GPU_8xH100"]
+    assert (fn.num_accelerators, fn.accelerator_type, fn.remote) == (8, AcceleratorType.CPU, remote)
+    notes = [r.getMessage() for r in caplog.records if "CPU rank(s)" in r.getMessage()]
+    where = " on the Ray cluster" if remote else ""
+    assert notes == [f"DATABRICKS_AIR_ACCELERATOR_TYPE=CPU: running 8 CPU rank(s){where} instead of "
+                     "accelerator_type=GPU_8xH100"]
+    assert fn.with_overrides(num_accelerators=4).num_accelerators == 4  # keeps what was asked for

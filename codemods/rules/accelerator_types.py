@@ -1,5 +1,5 @@
-"""The one table from old GPU model names to accelerator types (item 29), shared by strings (AM103) and
-``GPUType.X`` (AM108), and the codes of what it cannot map (AM104 to AM107, reported by both).
+"""The one table from old GPU model names to accelerator types, shared by strings (AM103) and ``GPUType.X``
+(AM108), and the codes of what it cannot map (AM104 to AM107, reported by both).
 
 It mirrors what the runtime does with a deprecated ``gpu_type`` (``AcceleratorType.from_gpu_type``), but only where
 the answer is exact: an H100 shape depends on the count, so it is mapped only from a literal count of 1 or a

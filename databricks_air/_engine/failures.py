@@ -7,14 +7,15 @@ output, and lists every rank's fate. The exception is an instance of the root-ca
 
 from __future__ import annotations
 
-import dataclasses
 import linecache
 import pickle
 import re
 import signal
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord
 from databricks.air._engine.output import log_tail
+from databricks.air._engine.supervision import StopReason
 from databricks.air.exceptions import (
     DistributedExecutionError,
     LocalExecutionTimeoutError,
@@ -22,51 +23,6 @@ from databricks.air.exceptions import (
     SerializationError,
     combine_with_rank_exception,
 )
-
-if TYPE_CHECKING:
-    from databricks.air._engine.launch import Launch
-    from databricks.air._engine.supervision import Supervisor
-
-
-@dataclasses.dataclass
-class RankOutcome:
-    """How one rank ended, as far as the caller knows."""
-
-    rank: int
-    pid: int
-    log_path: str
-    status: Optional[int] = None
-    """Exit status (negative: killed by that signal); ``None`` while running."""
-    record: Optional[Dict[str, Any]] = None
-    """What the rank wrote: ``{"ok": True, "value": ...}`` or a failure record."""
-    exited_at: Optional[float] = None
-    """``time.time()`` when the caller learned of the exit."""
-    stopped_at: Optional[float] = None
-    """``time.time()`` when the launcher began stopping this rank (another failed, timeout, interrupt)."""
-
-    @property
-    def stopped_by_launcher(self) -> bool:
-        return self.stopped_at is not None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status == 0 and self.record is not None and self.record.get("ok") is True
-
-    @property
-    def failed_on_its_own(self) -> bool:
-        """It failed, and not merely because the launcher stopped it after another failure."""
-        if self.status is None or self.succeeded:
-            return False
-        if self.stopped_at is None:
-            return True
-        # Stopped by the launcher: a failure only if it had already failed when the stop began.
-        return self.record is not None and float(self.record.get("time", float("inf"))) < self.stopped_at
-
-    @property
-    def failed_at(self) -> float:
-        if self.record is not None and "time" in self.record:
-            return float(self.record["time"])
-        return float(self.exited_at or 0.0)
 
 
 def describe_status(status: Optional[int]) -> str:
@@ -85,8 +41,9 @@ def describe_status(status: Optional[int]) -> str:
 def rank_exception(outcome: RankOutcome, world_size: int) -> BaseException:
     """The exception that stands for one failed rank."""
     record = outcome.record
+    kind = outcome.kind
     where = f"rank {outcome.rank} of {world_size}"
-    if record is None:
+    if kind is OutcomeKind.DIED:
         if outcome.status is not None and outcome.status < 0:
             message = f"{where} was {describe_status(outcome.status)}"
             if outcome.status == -signal.SIGKILL:
@@ -99,18 +56,24 @@ def rank_exception(outcome: RankOutcome, world_size: int) -> BaseException:
                 f"{where} exited with status 0 without returning a value "
                 "(did the function call os._exit(), or start a process that replaced it?)"
             )
+        elif record is not None:  # it returned, then something (an atexit handler, a thread) ended it badly
+            message = f"{where} returned its value, then exited with {describe_status(outcome.status)}"
         else:
             message = f"{where} exited with {describe_status(outcome.status)} before returning a value"
         return RankExitError(message, rank=outcome.rank, exit_code=outcome.status)
-    if record["kind"] == "unpicklable-result":
-        return SerializationError(record["message"])
-    if record["kind"] in ("exit", "interrupted"):
-        detail = record["message"] if record["kind"] == "exit" else "was interrupted (KeyboardInterrupt)"
-        return RankExitError(f"{where}: {detail}", rank=outcome.rank, exit_code=outcome.status)
-    original = _unpickle_exception(record.get("exception"))
+    assert record is not None  # every other kind of ended rank has its record
+    if kind is OutcomeKind.UNPICKLABLE_RESULT:
+        return SerializationError(record.message)
+    if kind in (OutcomeKind.EXITED, OutcomeKind.HOST_LOST):
+        return RankExitError(f"{where}: {record.message}", rank=outcome.rank, exit_code=outcome.status)
+    if kind is OutcomeKind.INTERRUPTED:
+        return RankExitError(
+            f"{where}: was interrupted (KeyboardInterrupt)", rank=outcome.rank, exit_code=outcome.status
+        )
+    original = _unpickle_exception(record.exception)
     if original is not None:
         return original
-    return DistributedExecutionError(f"{record['type']}: {record['message']}", rank=outcome.rank)
+    return DistributedExecutionError(f"{record.error_type}: {record.message}", rank=outcome.rank)
 
 
 def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
@@ -126,7 +89,7 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
 _DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
 
 
-def restore_code_files(traceback_text: str, code_files: Dict[str, str]) -> str:
+def restore_code_files(traceback_text: str, code_files: Mapping[str, str]) -> str:
     """Put real file names (and source lines, where the caller has them) into a rank's traceback.
 
     Functions shipped by value carry ``<dynamic-code>`` as their file; ``code_files`` maps function names back.
@@ -146,28 +109,42 @@ def restore_code_files(traceback_text: str, code_files: Dict[str, str]) -> str:
     return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
 
 
-def results_or_error(outcomes: Iterable[RankOutcome], launch: "Launch", supervisor: "Supervisor") -> List[Any]:
+def results_or_error(
+    outcomes: Iterable[RankOutcome],
+    stop_reason: Optional[StopReason],
+    *,
+    name: str,
+    log_dir: str,
+    timeout: Optional[float] = None,
+    timeout_note: str = "",
+    code_files: Optional[Mapping[str, str]] = None,
+    hints: Optional[Mapping[str, str]] = None,
+) -> List[Any]:
     """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
-    interrupt, then the timeout. Shared by local and Ray calls."""
+    interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
+
+    ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
+    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s.
+    """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, launch.name, launch.log_dir, launch.code_files, launch.hints)
-    if supervisor.interrupted:
+        raise build_error(ordered, name, log_dir, code_files, hints)
+    if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
-    if supervisor.timed_out:
+    if stop_reason is StopReason.TIMEOUT:
         raise LocalExecutionTimeoutError(
-            f"{launch.name} did not finish within its timeout of {launch.timeout:g} s, so all {len(ordered)} ranks "
-            f"were stopped. {launch.timeout_note}Every rank's output is in {launch.log_dir}"
+            f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks "
+            f"were stopped. {timeout_note}Every rank's output is in {log_dir}"
         )
-    return [o.record["value"] for o in ordered]  # type: ignore[index]
+    return [o.value for o in ordered]
 
 
 def build_error(
     outcomes: List[RankOutcome],
     name: str,
     log_dir: str,
-    code_files: Optional[Dict[str, str]] = None,
-    hints: Optional[Dict[str, str]] = None,
+    code_files: Optional[Mapping[str, str]] = None,
+    hints: Optional[Mapping[str, str]] = None,
 ) -> DistributedExecutionError:
     """The exception for a call in which at least one rank failed on its own."""
     world_size = len(outcomes)
@@ -176,12 +153,12 @@ def build_error(
     failures = {o.rank: rank_exception(o, world_size) for o in failed}
     original = failures[root.rank]
     exit_codes = {o.rank: o.status for o in outcomes}
-    record = root.record or {}
-    traceback_text = record.get("traceback") if record.get("kind") == "raised" else None
+    record = root.record
+    traceback_text = record.traceback if record is not None and root.kind is OutcomeKind.RAISED else None
     if traceback_text:
         traceback_text = restore_code_files(traceback_text, code_files or {})
 
-    headline = _headline(root, original, record, world_size)
+    headline = _headline(root, original, world_size)
     sections = [f"{name}: {headline}"]
     if traceback_text:
         sections.append(f"Traceback from rank {root.rank}:\n{traceback_text.rstrip()}")
@@ -191,7 +168,7 @@ def build_error(
         if tail
         else f"Rank {root.rank} wrote no output ({root.log_path})."
     )
-    evidence = f"{record.get('message', '')}\n{tail}"
+    evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
     sections.append(f"Every rank's output is in {log_dir}")
@@ -205,13 +182,14 @@ def build_error(
     return combine_with_rank_exception(original, message, **report)
 
 
-def _headline(root: RankOutcome, original: BaseException, record: Dict[str, Any], world_size: int) -> str:
+def _headline(root: RankOutcome, original: BaseException, world_size: int) -> str:
     if isinstance(original, RankExitError):
         return str(original)
-    if record.get("kind") == "unpicklable-result":
-        return f"{record['message']}"
-    type_name = record.get("type", type(original).__qualname__)
-    return f"rank {root.rank} of {world_size} raised {type_name}: {record.get('message', original)}"
+    record: RankRecord = root.record  # type: ignore[assignment]  # a rank that raised or could not return
+    if root.kind is OutcomeKind.UNPICKLABLE_RESULT:
+        return record.message
+    type_name = record.error_type or type(original).__qualname__
+    return f"rank {root.rank} of {world_size} raised {type_name}: {record.message}"
 
 
 def _rank_line(outcome: RankOutcome, failures: Dict[int, BaseException], root: int) -> str:

@@ -3,7 +3,8 @@
 A rank is either forked from the rank server (which has torch imported but never touched CUDA) or, with
 ``DATABRICKS_AIR_START_METHOD=spawn``, a brand-new interpreter running ``python -m databricks.air._engine.rank``.
 Either way it reproduces the caller's environment, working directory and ``sys.path``, loads the function and its
-arguments, calls it, and writes what it returned (or how it failed) to ``result_<rank>.bin``.
+arguments, calls it, and writes what it returned (or how it failed), a
+:class:`~databricks.air._engine.outcome.RankRecord`, to ``result_<rank>.bin``.
 
 Exit status: 0 after a returned value, 1 after a failure record. A rank that dies before writing its record is
 reported by the caller from its exit status alone.
@@ -20,14 +21,13 @@ import faulthandler
 import os
 import sys
 import threading
-import time
-import traceback
 import types
-from typing import Any, Dict, Optional
+from typing import Optional
 
 import cloudpickle
 
 from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
 from databricks.air._engine.values import read_value_file, write_value_file
 
@@ -62,25 +62,9 @@ def _reseed_inherited_generators() -> None:
         numpy_random.seed()
 
 
-def failure_record(error: BaseException, kind: str) -> Dict[str, Any]:
-    """Describe a failure so the caller can rebuild it (the exception itself travels when it pickles)."""
-    error_type = type(error)
-    module = "" if error_type.__module__ == "builtins" else f"{error_type.__module__}."
-    record: Dict[str, Any] = {
-        "ok": False,
-        "kind": kind,
-        "type": f"{module}{error_type.__qualname__}",
-        "message": str(error),
-        "traceback": "".join(traceback.format_exception(error_type, error, _user_frames(error.__traceback__))),
-        "time": time.time(),
-        "exception": None,
-    }
-    try:
-        # Pickled on its own: a class the caller cannot import must not make the whole record unreadable.
-        record["exception"] = cloudpickle.dumps(error)
-    except Exception:
-        pass
-    return record
+def _failure(kind: OutcomeKind, error: BaseException, message: Optional[str] = None) -> RankRecord:
+    """A failure record whose traceback starts at the user's code."""
+    return RankRecord.failed(kind, error, message, frames=_user_frames(error.__traceback__))
 
 
 def _user_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
@@ -98,30 +82,28 @@ def run_function(files: CallFiles, rank: int) -> int:
         args, kwargs = read_value_file(files.arguments)
         value = function(*args, **kwargs)
     except SystemExit as error:
-        record = failure_record(error, "exit")
-        record["message"] = f"the function called sys.exit({error.code!r}) before returning"
+        record = _failure(
+            OutcomeKind.EXITED, error, f"the function called sys.exit({error.code!r}) before returning"
+        )
     except KeyboardInterrupt as error:
-        record = failure_record(error, "interrupted")
+        record = _failure(OutcomeKind.INTERRUPTED, error)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the caller
-        record = failure_record(error, "raised")
-        sys.stderr.write(record["traceback"])
+        record = _failure(OutcomeKind.RAISED, error)
+        sys.stderr.write(record.traceback)
     else:
         try:
-            write_value_file({"ok": True, "value": value}, files.result(rank))
+            write_value_file(RankRecord.returned(value), files.result(rank))
             return 0
         except Exception as error:  # noqa: BLE001
-            record = failure_record(error, "unpicklable-result")
-            record["message"] = (
+            record = _failure(
+                OutcomeKind.UNPICKLABLE_RESULT,
+                error,
                 f"the return value of rank {rank} (a {type(value).__module__}.{type(value).__qualname__}) "
-                f"cannot be pickled: {error}"
+                f"cannot be pickled: {error}",
             )
-            sys.stderr.write(f"databricks.air: {record['message']}\n")
-    _write_failure(files, rank, record)
-    return 1
-
-
-def _write_failure(files: CallFiles, rank: int, record: Dict[str, Any]) -> None:
+            sys.stderr.write(f"databricks.air: {record.message}\n")
     write_value_file(record, files.result(rank))
+    return 1
 
 
 def finish(status: int) -> None:
@@ -138,7 +120,7 @@ def finish(status: int) -> None:
         os._exit(status)
 
 
-def main(call_dir: str, rank: int) -> None:
+def run(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
     # Before anything can import torch.distributed (unpickling the function may): a model that outlives
@@ -150,11 +132,16 @@ def main(call_dir: str, rank: int) -> None:
         apply_setup(files, rank)
         status = run_function(files, rank)
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
-        record = failure_record(error, "raised")
-        sys.stderr.write(record["traceback"])
-        _write_failure(files, rank, record)
+        record = _failure(OutcomeKind.RAISED, error)
+        sys.stderr.write(record.traceback)
+        write_value_file(record, files.result(rank))
     finish(status)
 
 
+def main() -> None:
+    """Entry point of a fresh interpreter: ``python -c "...; main()" <call dir> <rank>`` (see ``python_command``)."""
+    run(sys.argv[1], int(sys.argv[2]))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main()

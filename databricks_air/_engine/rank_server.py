@@ -24,7 +24,6 @@ attached where noted.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import pickle
@@ -35,18 +34,14 @@ import socket
 import sys
 from typing import Dict, List, Optional, Set, Tuple
 
+from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
+from databricks.air._engine.processes import die_with_parent, kill_group, python_command
 from databricks.air._switches import switched_off
-
-# `python -c` puts the working directory first on sys.path; a user's file there named like a module torch imports
-# (concurrent.py, say) would then be imported, and run, while preloading. The rank applies the caller's own
-# sys.path later, exactly as the caller has it.
-DROP_SCRIPT_DIRECTORY = "sys.path.pop(0)"
 
 MAX_MESSAGE = 1 << 20
 _IDLE_SECONDS = 0.5
 MAX_FDS = 512
-_PR_SET_PDEATHSIG = 1
 
 
 def send(sock: socket.socket, message: dict, fds: Optional[List[int]] = None) -> None:
@@ -71,17 +66,6 @@ def receive(sock: socket.socket) -> Tuple[Optional[dict], List[int]]:
 def status_from_wait(wait_status: int) -> int:
     """Turn a ``waitpid`` status into ``Popen.returncode`` form (negative for a signal)."""
     return os.waitstatus_to_exitcode(wait_status)
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class RankServer:
@@ -196,9 +180,7 @@ class RankServer:
     def _become_child(self) -> None:
         """In a freshly forked child: a session of its own, killed with the server, no server state left open."""
         os.setsid()
-        set_parent_death_signal()
-        if os.getppid() != self.pid:  # the server died between fork and prctl
-            os._exit(1)
+        die_with_parent(self.pid)  # also when the server died between fork and prctl
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -238,15 +220,11 @@ class RankServer:
                 for fd in set(fds) | {devnull}:
                     if fd > 2:
                         os.close(fd)
-                if exec_fresh:
-                    bootstrap = (
-                        f"import sys; {DROP_SCRIPT_DIRECTORY}; "
-                        "from databricks.air._engine.rank import main; main(sys.argv[1], int(sys.argv[2]))"
-                    )
-                    os.execv(sys.executable, [sys.executable, "-u", "-c", bootstrap, call_dir, str(rank)])
-                from databricks.air._engine import rank as rank_module
+                from databricks.air._engine import rank as rank_module  # preloaded: costs nothing here
 
-                rank_module.main(call_dir, rank)
+                if exec_fresh:
+                    os.execv(sys.executable, python_command(rank_module.__name__, [call_dir, str(rank)]))
+                rank_module.run(call_dir, rank)
             finally:
                 os._exit(1)
         self._watch(pid)
@@ -295,28 +273,20 @@ def _host_store(report_fd: int, world_size: int, port: int, timeout: float) -> N
         signal.pause()
 
 
-def kill_group(pgid: int, sig: int) -> None:
-    """Signal a process group; one that is already gone is not an error."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def preload() -> List[str]:
     """Import what every rank needs, so that forked ranks start warm. Never touches CUDA.
 
     Returns what could not be imported; a rank that needs it imports it again and sees the real error.
     """
     modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
-    extra = os.environ.get("DATABRICKS_AIR_PRELOAD", "")
+    extra = os.environ.get(_variables.PRELOAD, "")
     modules += [name.strip() for name in extra.split(",") if name.strip()]
     return _import_all(modules)
 
 
 def deferred_preloads() -> List[str]:
     """Modules worth having in ranks but not worth delaying the first call for (MLflow, when tracking is on)."""
-    return [] if switched_off("DATABRICKS_AIR_MLFLOW") else ["mlflow"]
+    return [] if switched_off(_variables.MLFLOW) else ["mlflow"]
 
 
 def _import_all(modules: List[str]) -> List[str]:
@@ -330,7 +300,7 @@ def _import_all(modules: List[str]) -> List[str]:
 
 
 def main() -> None:
-    """Entry point: ``python -c "...; main()" <control fd>`` (see ``rank_server_handle``)."""
+    """Entry point of the server's interpreter: ``python -c "...; main()" <control fd>`` (``rank_server_handle``)."""
     control = socket.socket(fileno=int(sys.argv[1]))
     # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -17,14 +17,16 @@ import threading
 import weakref
 from typing import Dict, List, Optional, Tuple
 
+from databricks.air import _variables
 from databricks.air._engine import rank_server
+from databricks.air._engine.processes import python_command
 from databricks.air.exceptions import RuntimeConfigurationError
 
-# Environment variables read when an interpreter or a native library starts; a server started under other values
-# is not reused.
+# Environment variables read when an interpreter or a native library starts (or, ours, when the server starts);
+# a server started under other values is not reused.
 _STARTUP_VARIABLE_PREFIXES = (
     "PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_",
-    "DATABRICKS_AIR_PRELOAD", "DATABRICKS_AIR_MLFLOW",
+    _variables.PRELOAD, _variables.MLFLOW,
 )
 _START_TIMEOUT_SECONDS = 300.0
 
@@ -41,13 +43,9 @@ class RankServerHandle:
     def __init__(self, environ: Dict[str, str]) -> None:
         self.fingerprint = startup_fingerprint(environ)
         self.socket, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        bootstrap = (
-            f"import sys; {rank_server.DROP_SCRIPT_DIRECTORY}; "
-            "from databricks.air._engine.rank_server import main; main()"
-        )
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-u", "-c", bootstrap, str(server_end.fileno())],
+                python_command(rank_server.__name__, [str(server_end.fileno())]),
                 pass_fds=[server_end.fileno()],
                 env=environ,
                 stdin=subprocess.DEVNULL,

@@ -1,8 +1,9 @@
 """Supervising the ranks of one call: wait until they end, stopping them all on a failure, the deadline or an interrupt.
 
-The local engine (:mod:`databricks.air._engine.launch`) and the Ray call (:mod:`databricks.air._ray.remote_call`)
+The local call (:mod:`databricks.air._engine.local_call`) and the Ray call (:mod:`databricks.air._ray.ray_call`)
 hold their ranks in different ways (process groups behind a rank server, actors on a cluster) but supervise them
-with the same rules, which live here. Each gives a :class:`Supervisor` four hooks:
+with the same rules, which live here. :class:`~databricks.air._engine.call.Call` gives a :class:`Supervisor` four
+hooks:
 
 * ``receive(seconds)``: wait up to ``seconds`` for news of the ranks (output, exits) and handle it; where a rank
   failed, call :meth:`Supervisor.stop`;
@@ -18,6 +19,9 @@ The rules:
   stopping, kills them at once. Supervision goes on until every rank has ended, and the caller raises the
   ``KeyboardInterrupt`` again once it has collected what the ranks left.
 
+Stopping is marked before ``terminate()`` runs, so the hook can tell why (:attr:`Supervisor.stop_reason`), and an
+interrupt that lands while it runs (a slow look at the ranks before they are signalled, say) kills at once.
+
 A sketch of a call site::
 
     supervisor = Supervisor(receive=poll, running=any_running, terminate=sigterm_all, kill=sigkill_all,
@@ -29,11 +33,23 @@ A sketch of a call site::
 
 from __future__ import annotations
 
+import enum
 import time
 from typing import Callable, Optional
 
 POLL_SECONDS = 0.5
 """The longest a single wait for news lasts (the deadline and the grace period end a wait sooner)."""
+
+
+class StopReason(enum.Enum):
+    """Why the ranks were stopped before they all ended on their own."""
+
+    FAILURE = "failure"
+    """A rank failed."""
+    TIMEOUT = "timeout"
+    """The call reached its deadline."""
+    INTERRUPT = "interrupt"
+    """A ``KeyboardInterrupt`` reached the caller."""
 
 
 class Supervisor:
@@ -82,6 +98,18 @@ class Supervisor:
                     self.kill()  # a second interrupt: no more grace
                 self.interrupted = True
                 self.stop()
+
+    @property
+    def stop_reason(self) -> Optional[StopReason]:
+        """Why stopping began (``None``: it has not). An interrupt outranks the deadline, which outranks a failure:
+        the caller raises ``KeyboardInterrupt`` for an interrupt after the deadline."""
+        if self.interrupted:
+            return StopReason.INTERRUPT
+        if self.timed_out:
+            return StopReason.TIMEOUT
+        if self.stopping_since is not None:
+            return StopReason.FAILURE
+        return None
 
     def stop(self) -> None:
         """Start stopping every rank, once: later calls change nothing (the grace period runs from the first)."""

@@ -68,11 +68,16 @@ def write_value_file(value: Any, path: str) -> None:
 def read_value_file(path: str) -> Any:
     """Read a value written by :func:`write_value_file`."""
     with open(path, "rb") as stream:
-        head = stream.readline()
-        if head == _PLAIN:
-            return pickle.load(stream)
-        if head == _TORCH:
-            import torch
+        return load_value(stream, path)
 
-            return torch.load(stream, weights_only=False)
-    raise ValueError(f"{path} is not a databricks.air value file")
+
+def load_value(stream: BinaryIO, name: str = "the stream") -> Any:
+    """Read a value written by :func:`dump_value` (``name`` says where from, for the error)."""
+    head = stream.readline()
+    if head == _PLAIN:
+        return pickle.load(stream)
+    if head == _TORCH:
+        import torch
+
+        return torch.load(stream, weights_only=False)
+    raise ValueError(f"{name} is not a databricks.air value file")

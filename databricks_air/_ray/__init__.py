@@ -1,9 +1,9 @@
 """Running ranks on a Ray cluster: the machinery behind ``remote=True``, ``ray_init`` and ``ray_launch``.
 
 Ray is optional (``pip install "databricks-air-oss[ray]"``); nothing here is imported until a Ray feature is used.
-A call travels: :mod:`.request` turns the decorator's settings into one placement-group bundle per rank;
-:mod:`.session` connects to the cluster; :mod:`.placement` reserves the bundles; :mod:`.remote_call` starts one
-:class:`.rank_host.RankHost` actor per bundle, gives each rank its torchrun environment (:mod:`.rank_layout`),
-streams output back and collects results exactly as the local engine does. :mod:`.rank_cluster` is the other
-direction, for ``ray_launch``: a Ray cluster started over the ranks of a call.
+A call travels: :mod:`.ray_call` (the Ray implementation of the engine's ``Call``) connects through :mod:`.session`,
+turns the decorator's settings into one placement-group bundle per rank (:mod:`.request`), reserves the bundles
+(:mod:`.placement`), starts one :class:`.rank_host.RankHost` actor per bundle, gives each rank its torchrun
+environment (:mod:`.rank_layout`), streams output back and collects results exactly as the local call does.
+:mod:`.rank_cluster` is the other direction, for ``ray_launch``: a Ray cluster started over the ranks of a call.
 """

@@ -25,6 +25,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from databricks.air._engine.processes import free_port
 from databricks.air._ray import session
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RayInitializationError
@@ -138,17 +139,17 @@ class RayNode:
         temp_dir = tempfile.mkdtemp(prefix="air-ray-")
         if join is None:
             assert head_ip is not None
-            node_ip, port = head_ip, _free_port(head_ip)
+            node_ip, port = head_ip, free_port(head_ip)
             address = f"{head_ip}:{port}"
-            role = ["--head", f"--port={port}", f"--ray-client-server-port={_free_port(head_ip)}",
-                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={_free_port('127.0.0.1')}"]
+            role = ["--head", f"--port={port}", f"--ray-client-server-port={free_port(head_ip)}",
+                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={free_port('127.0.0.1')}"]
         else:
             node_ip, address = _own_ip(join), join
             role = [f"--address={join}"]
         command = [
             sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block",
             f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={_free_port(node_ip)}", f"--metrics-export-port={_free_port(node_ip)}",
+            f"--dashboard-agent-listen-port={free_port(node_ip)}", f"--metrics-export-port={free_port(node_ip)}",
             *role,
         ]
         environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
@@ -204,12 +205,6 @@ class RayNode:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def _own_ip(head_address: str) -> str:

@@ -18,16 +18,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from databricks.air._engine import rank as rank_entry
 from databricks.air._engine.call_files import CallFiles, RankSetup
-from databricks.air._engine.rank_server import DROP_SCRIPT_DIRECTORY, kill_group
+from databricks.air._engine.processes import free_port, kill_group, python_command
 
-# The rank asks to die with this actor first, then checks that the actor did not die before it asked.
-_BOOTSTRAP = (
-    f"import os, sys; {DROP_SCRIPT_DIRECTORY}; "
-    "from databricks.air._engine.rank_server import set_parent_death_signal; set_parent_death_signal(); "
-    "os.getppid() == int(sys.argv[3]) or os._exit(1); "
-    "from databricks.air._engine.rank import main; main(sys.argv[1], int(sys.argv[2]))"
-)
 _PIPE_DRAIN_SECONDS = 2.0
 
 
@@ -58,11 +52,7 @@ class RankHost:
 
     def free_port(self) -> int:
         """A TCP port free on this node now, for ``MASTER_PORT`` (rank 0 listens on it moments later)."""
-        import socket
-
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("", 0))
-            return int(probe.getsockname()[1])
+        return free_port()
 
     # --- the rank ----------------------------------------------------------------------------------------------------
 
@@ -78,9 +68,11 @@ class RankHost:
         files.write_setup(
             RankSetup(environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path))
         )
+        # The rank asks to die with this actor before it imports anything (and exits if the actor died first).
+        command = python_command(rank_entry.__name__, [files.path, str(rank)], parent_pid=os.getpid())
         process = self._spawner.submit(
             subprocess.Popen,
-            [sys.executable, "-u", "-c", _BOOTSTRAP, files.path, str(rank), str(os.getpid())],
+            command,
             env=full_environ,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
+from databricks.air._engine.rank_environ import coordinates
+
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
@@ -50,20 +52,9 @@ def arrange(slots: Sequence[Slot]) -> List[Place]:
 def rank_environ(places: Sequence[Place], rank: int, master_port: int) -> Dict[str, str]:
     """The variables that make rank ``rank`` a torchrun-style rank of this job (as the local engine sets them)."""
     place = places[rank]
-    world_size = str(len(places))
-    environ = {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(place.local_rank),
-        "ROLE_RANK": str(rank),
-        "WORLD_SIZE": world_size,
-        "ROLE_WORLD_SIZE": world_size,
-        "LOCAL_WORLD_SIZE": str(place.local_world_size),
-        "NODE_RANK": str(place.node_rank),
-        "GROUP_RANK": str(place.node_rank),
-        "GROUP_WORLD_SIZE": str(places[-1].node_rank + 1),
-        "MASTER_ADDR": places[0].slot.node_ip,
-        "MASTER_PORT": str(master_port),
-    }
+    nodes = places[-1].node_rank + 1
+    environ = coordinates(rank, place.local_rank, len(places), place.local_world_size, place.node_rank, nodes)
+    environ.update(MASTER_ADDR=places[0].slot.node_ip, MASTER_PORT=str(master_port))
     node_gpus = [gpu for other in places if other.node_rank == place.node_rank for gpu in other.slot.gpu_ids]
     if node_gpus:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(node_gpus)

@@ -1,5 +1,5 @@
 """What a remote call asks of a Ray cluster: one placement-group bundle per rank, and whether the cluster can ever
-give it.
+give it. (How many ranks, and of which accelerator, was settled at decoration: ``validation.resolve_remote``.)
 
 A rank reserves one GPU (``{"GPU": 1}``), or one CPU in CPU mode (``{"CPU": 1}``). An accelerator type adds Ray's
 accelerator-type resource (``accelerator_type:H100``), which Ray gives every node from the name of its GPUs, so
@@ -10,39 +10,16 @@ what the cluster has, rather than waiting forever for resources that will never 
 from __future__ import annotations
 
 import dataclasses
-import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from databricks.air import compute, validation
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUValidationError
-
-logger = logging.getLogger("databricks.air")
 
 # Ray names a node's accelerator type from its GPU's name ("NVIDIA A10G" -> "A10G"); AWS sells A10 as A10G.
 RAY_ACCELERATOR_NAMES = {GPUType.H100: ("H100",), GPUType.A10: ("A10", "A10G"), GPUType.B300: ("B300",)}
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 # The amount Ray's own `accelerator_type=` option reserves: enough to select the node, never a limit.
 _ACCELERATOR_AMOUNT = 0.001
-
-
-def resolve(count: Optional[int], requested: validation.RequestedType) -> Tuple[int, AcceleratorType]:
-    """The count and shape of a run on Ray: CPU ranks in CPU mode, else the reference's remote rules."""
-    cpu_mode = compute.cpu_mode_from_environment()
-    if cpu_mode or requested is AcceleratorType.CPU:
-        if count is None:
-            raise GPUValidationError(
-                "remote=True needs num_accelerators: the number of ranks to run on the Ray cluster"
-            )
-        if cpu_mode and requested not in (None, AcceleratorType.CPU):
-            logger.warning(
-                "%s=CPU: running %d CPU rank(s) on the Ray cluster instead of accelerator_type=%s",
-                compute.ACCELERATOR_TYPE_VARIABLE,
-                count,
-                getattr(requested, "value", requested),
-            )
-        return count, AcceleratorType.CPU
-    return validation.resolve_remote(count, requested)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,9 @@ import html
 import logging
 import os
 import socket
-import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from databricks.air import _notebook
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
 
@@ -134,20 +134,5 @@ def show_dashboard(address: Optional[str]) -> None:
     if not address:
         return
     url = address if "://" in address else f"http://{address}"
-    if _in_jupyter_kernel():
-        from IPython.display import HTML, display
-
-        display(HTML(f'Ray dashboard: <a href="{html.escape(url)}" target="_blank">{html.escape(url)}</a>'))
-    else:
-        print(f"databricks.air: Ray dashboard: {url}", file=sys.stderr, flush=True)
-
-
-def _in_jupyter_kernel() -> bool:
-    if "ipykernel" not in sys.modules:
-        return False
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    link = f'<a href="{html.escape(url)}" target="_blank">{html.escape(url)}</a>'
+    _notebook.show(f"Ray dashboard: {link}", f"databricks.air: Ray dashboard: {url}")

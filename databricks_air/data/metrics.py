@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
+from databricks.air import _variables
 from databricks.air._switches import switched_off
 
 Sink = Callable[[Dict[str, float], int], None]
@@ -29,7 +30,7 @@ _log = logging.getLogger("databricks.air.data")
 
 def mlflow_sink() -> Optional[Sink]:
     """A sink into the current MLflow run, or ``None`` when there is no run to log into."""
-    if switched_off("DATABRICKS_AIR_MLFLOW"):
+    if switched_off(_variables.MLFLOW):
         return None
     run_id = None
     if "mlflow" in sys.modules:  # never import MLflow (seconds) just to find out there is no run

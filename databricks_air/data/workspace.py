@@ -20,7 +20,8 @@ import time
 import weakref
 from typing import Any, Dict, Optional
 
-ROOT_VARIABLE = "DATABRICKS_AIR_DATA_CACHE_DIR"
+from databricks.air import _variables
+
 _PREFIX = "ws-"
 _LOCK_NAME = "owner.lock"
 _YOUNG_SECONDS = 60.0  # a folder this young without its lock file may still be being created
@@ -29,7 +30,7 @@ _log = logging.getLogger("databricks.air.data")
 
 
 def default_root() -> str:
-    return os.environ.get(ROOT_VARIABLE) or os.path.join(tempfile.gettempdir(), "databricks-air-data")
+    return os.environ.get(_variables.DATA_CACHE_DIR) or os.path.join(tempfile.gettempdir(), "databricks-air-data")
 
 
 class Workspace:
@@ -50,7 +51,7 @@ class Workspace:
             raise OSError(
                 error.errno,
                 f"cannot create the data cache folder {root}: {error.strerror}. Pass cache_dir= (or set "
-                f"{ROOT_VARIABLE}) to a writable local folder",
+                f"{_variables.DATA_CACHE_DIR}) to a writable local folder",
             ) from error
         reclaim_abandoned(root)
         path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=root)

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from databricks.air import tracking
+from databricks.air import _variables, tracking
 from databricks.air.workloads import statuses
 from databricks.air.workloads.run_state import RunSpec
 
@@ -86,7 +86,7 @@ class TrackedAttempt:
     def start(self) -> None:
         """System metrics of this node, and periodic log uploads."""
         self.run.start_system_metrics()
-        interval = float(os.environ.get(tracking.UPLOAD_SECONDS_VARIABLE) or tracking.DEFAULT_UPLOAD_SECONDS)
+        interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or tracking.DEFAULT_UPLOAD_SECONDS)
         self._uploader = threading.Thread(target=self._upload_every, args=(interval,), daemon=True,
                                           name="air log uploader")
         self._uploader.start()

@@ -9,19 +9,11 @@ are not set: the command's own launcher (torchrun) sets them per process.
 
 from __future__ import annotations
 
-import socket
 from typing import Dict, Mapping, Optional
 
 # Variables of an outer launcher that would mislead the command's own (this process may itself run under one).
 _INHERITED_NOT_PASSED = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME",
                          "MLFLOW_EXPERIMENT_ID", "TORCHELASTIC_RUN_ID", "HYPERPARAMETERS_PATH")
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the kernel's choice), for ``MASTER_PORT``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
 
 
 def node_environ(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 
-HOME_VARIABLE = "DATABRICKS_AIR_HOME"
+from databricks.air import _variables
+
+HOME_VARIABLE = _variables.HOME
 
 
 def air_home() -> str:

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air import tracking
+from databricks.air import _variables, tracking
 from databricks.air.workloads import (
     attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
 )
@@ -25,7 +25,7 @@ from databricks.air.workloads.run_state import RunSpec, RunState
 from databricks.air.workloads.schema import MAX_TOKEN
 from databricks.air.workloads.workload import Workload
 
-TIMEOUT_SECONDS_VARIABLE = "DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS"
+TIMEOUT_SECONDS_VARIABLE = _variables.WORKLOAD_TIMEOUT_SECONDS
 """For tests: an attempt's time limit in seconds, in place of ``timeout_minutes`` (whose unit is a minute)."""
 FILTER_KEYS = ("user", "experiment", "accelerator_type", "num_accelerators")
 

@@ -19,12 +19,13 @@ import re
 import stat
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from databricks.air import _variables
 from databricks.air.workloads import paths
 from databricks.air.workloads.errors import InvalidArguments, WorkloadError
 from databricks.air.workloads.registry import write_atomically
 from databricks.air.workloads.workload import SecretRef
 
-VARIABLE_PREFIX = "DATABRICKS_AIR_SECRET_"
+VARIABLE_PREFIX = _variables.SECRET_PREFIX
 _PART = re.compile(r"^[A-Za-z0-9._-]+$")
 
 

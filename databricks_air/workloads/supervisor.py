@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from databricks.air import log_patterns
+from databricks.air import _variables, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
 from databricks.air.workloads.errors import WorkloadError
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher, exit_codes_summary
@@ -26,8 +26,8 @@ from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import Alert, Attempt, RunSpec, RunState
 from databricks.air.workloads.workload import SecretRef
 
-RETRY_DELAY_VARIABLE = "DATABRICKS_AIR_RETRY_DELAY_SECONDS"
-GRACE_VARIABLE = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"  # the decorator's, with the same default
+RETRY_DELAY_VARIABLE = _variables.RETRY_DELAY_SECONDS
+GRACE_VARIABLE = _variables.TERMINATE_GRACE_SECONDS  # the decorator's, with the same default
 DEFAULT_RETRY_DELAY = 1.0
 DEFAULT_GRACE = 3.0
 MAX_ALERTS = 100

@@ -1,6 +1,6 @@
 """Settings and helpers of the Ray tests: loopback only, and finding whatever a call might leave behind.
 
-Importing this module sets the loopback variables (see ``../shared/research/ray-loopback.md``): Ray 2.60 replaces
+Importing this module sets the loopback variables: Ray 2.60 replaces
 127.0.0.1 with the machine's interface address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before ``ray``
 is imported. They hold for this process and everything it starts: Ray's nodes, workers, and the ranks.
 """

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from databricks.air import distributed, ray_init, ray_launch
+from databricks.air import _notebook, distributed, ray_init, ray_launch
 from databricks.air._ray import session
 from databricks.air.exceptions import RayConnectionError
 from ray_test_support import free_port
@@ -107,7 +107,7 @@ def test_the_dashboard_is_a_link_in_jupyter(monkeypatch: pytest.MonkeyPatch) -> 
     import IPython.display
 
     shown: List[Any] = []
-    monkeypatch.setattr(session, "_in_jupyter_kernel", lambda: True)
+    monkeypatch.setattr(_notebook, "in_jupyter_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     session.show_dashboard("127.0.0.1:8265")
     (html,) = shown

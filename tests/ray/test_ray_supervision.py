@@ -8,12 +8,11 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from databricks.air._engine.failures import RankOutcome
 from databricks.air._engine.launch import Launch
+from databricks.air._engine.outcome import RankOutcome
 from databricks.air._engine.output import make_outputs
 from databricks.air._ray.rank_layout import Slot, arrange
-from databricks.air._ray.remote_call import _RemoteCall
-from databricks.air._ray.request import RankRequest
+from databricks.air._ray.ray_call import RayCall
 from databricks.air.compute import AcceleratorType
 
 
@@ -63,8 +62,8 @@ class FakeRay:
 
 def test_an_interrupt_between_taking_and_handling_a_poll_loses_no_rank(tmp_path: Path) -> None:
     launch = Launch(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[],
-                    log_dir=str(tmp_path), grace_period=5.0)
-    call = _RemoteCall(launch, RankRequest(2, AcceleratorType.CPU))
+                    log_dir=str(tmp_path), grace_period=5.0, remote=True, accelerator_type=AcceleratorType.CPU)
+    call = RayCall(launch)
     fake = FakeRay()
     call.ray = fake
     call.hosts = [FakeHost(0), FakeHost(1)]

@@ -18,7 +18,6 @@ It exits only once no descendant is left.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import selectors
 import signal
@@ -27,21 +26,9 @@ import sys
 import time
 from typing import Dict, List
 
-from databricks.air._engine.rank_server import kill_group, set_parent_death_signal
+from databricks.air._engine.processes import become_subreaper, kill_group, set_parent_death_signal
 
-_PR_SET_CHILD_SUBREAPER = 36
 _POLL_SECONDS = 0.05
-
-
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux); False where that is not possible."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def descendants(pid: int) -> List[int]:

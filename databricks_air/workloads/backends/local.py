@@ -16,7 +16,7 @@ import sys
 import time
 from typing import List, Optional
 
-from databricks.air import compute
+from databricks.air import _variables, compute
 from databricks.air.workloads import attempt_tracking, statuses
 from databricks.air.workloads.backends import local_supervisor
 from databricks.air.workloads.backends.base import Backend
@@ -72,14 +72,14 @@ class LocalBackend(Backend):
                 f"compute: {wanted.num_accelerators} x {wanted.accelerator_type} GPUs is {wanted.nodes} nodes of "
                 f"{per_node}, and the local backend runs on this machine only. Run it on a cluster with the Ray "
                 f"backend, use num_accelerators: {per_node} here, or try it on CPU ranks with "
-                f"{compute.ACCELERATOR_TYPE_VARIABLE}=CPU."
+                f"{_variables.ACCELERATOR_TYPE}=CPU."
             )
         available = compute.attached_gpu_count()
         if available <= 0:
             raise UnsupportedHere(
                 f"compute.accelerator_type: {wanted.accelerator_type} needs GPUs, and none is attached to this machine. "
                 f"For CPU ranks over gloo, set accelerator_type: CPU, or keep the file as it is and set "
-                f"{compute.ACCELERATOR_TYPE_VARIABLE}=CPU."
+                f"{_variables.ACCELERATOR_TYPE}=CPU."
             )
         if wanted.num_accelerators > available:
             raise UnsupportedHere(
@@ -93,7 +93,7 @@ class LocalBackend(Backend):
         notes = []
         wanted = workload.compute
         if plan.cpu and wanted.accelerator_type != compute.CPU:
-            notes.append(f"{compute.ACCELERATOR_TYPE_VARIABLE}=CPU: running {wanted.accelerator_type} x "
+            notes.append(f"{_variables.ACCELERATOR_TYPE}=CPU: running {wanted.accelerator_type} x "
                          f"{wanted.num_accelerators} as {plan.local_world_size} CPU rank(s)")
         if not plan.cpu:
             device = compute.attached_gpu_name() or "unknown GPU"

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from databricks.air.workloads import node_environment
+from databricks.air._engine import processes
 from databricks.air.workloads.backends import keeper
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
 from databricks.air.workloads.node_output import NodeOutput
@@ -78,4 +78,4 @@ class LocalNodes(NodeLauncher):
         return "127.0.0.1"
 
     def free_port(self) -> int:
-        return node_environment.free_port()
+        return processes.free_port()

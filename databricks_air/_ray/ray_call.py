@@ -1,15 +1,14 @@
-"""Running one call's ranks on a Ray cluster: the Ray counterpart of :func:`databricks.air._engine.launch.run`.
+"""A call whose ranks run on a Ray cluster (``remote=True``): the Ray implementation of
+:class:`~databricks.air._engine.call.Call`, beside :class:`~databricks.air._engine.local_call.LocalCall`.
 
-Same input (:class:`~databricks.air._engine.launch.Launch`), same result: every rank's value in rank order, or the
+Same input (:class:`~databricks.air._engine.call.Launch`), same result: every rank's value in rank order, or the
 same :class:`DistributedExecutionError` report, :class:`LocalExecutionTimeoutError` or ``KeyboardInterrupt``. The
 ranks' output lands in the same per-rank log files, with rank 0 shown live.
 
-The steps: check that the cluster can ever hold the ranks; reserve a placement group (one bundle per rank, packed by
+Starting: check that the cluster can ever hold the ranks; reserve a placement group (one bundle per rank, packed by
 node); start one :class:`RankHost` actor in each bundle; number the ranks from where Ray put them; start every rank
-with its torchrun environment; poll the hosts for output and exits; on the first failure, the timeout or an interrupt,
-stop every rank (SIGTERM, then SIGKILL after the grace period: the rules of
-:class:`~databricks.air._engine.supervision.Supervisor`, as for local ranks); and whatever happened, kill the actors
-and remove the placement group, so nothing of the call stays on the cluster.
+with its torchrun environment. Then the call polls the hosts for output and exits, signals ranks through their
+hosts, and on closing kills the actors and removes the placement group, so nothing of the call stays on the cluster.
 
 Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
 variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
@@ -22,14 +21,12 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-from databricks.air._engine.call_files import CallFiles
-from databricks.air._engine.failures import RankOutcome, results_or_error
-from databricks.air._engine.launch import Launch, job_environ
-from databricks.air._engine.output import RankOutput, make_outputs
-from databricks.air._engine.supervision import Supervisor
-from databricks.air._engine.values import read_value_file
+from databricks.air import _variables
+from databricks.air._engine.call import Call, Launch
+from databricks.air._engine.outcome import RankOutcome, RankRecord, read_record
+from databricks.air._engine.rank_environ import job_environ
 from databricks.air._ray import placement, session
 from databricks.air._ray.rank_host import RankHost
 from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
@@ -39,26 +36,8 @@ from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreati
 
 FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_")
 _POLL_SECONDS = 0.5
-_BETA_NOTICE_VARIABLE = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
 _NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
 _CLOSE_SECONDS = 5.0
-
-
-def run(launch: Launch, request: RankRequest) -> List[Any]:
-    """Run ``launch`` on the connected Ray cluster (connecting to ``RAY_ADDRESS`` first if needed)."""
-    deadline = None if launch.timeout is None else time.monotonic() + launch.timeout
-    ray = import_ray()
-    session.ensure_connected()
-    bundle = request.bundle(ray.nodes(), _max_resources())
-    call = _RemoteCall(launch, request)
-    try:
-        call.reserve(bundle, deadline)
-        call.start_hosts(deadline)
-        call.start_ranks(deadline)
-        call.supervise(deadline)
-        return call.results()
-    finally:
-        call.close()
 
 
 def forwarded_environ(environ: Dict[str, str], cwd: str) -> Dict[str, str]:
@@ -91,30 +70,29 @@ def _max_resources() -> Optional[Dict[str, float]]:
         return None
 
 
-class _RemoteCall:
+class RayCall(Call):
     """The ranks of one call on the cluster, and what is known of them."""
 
-    def __init__(self, launch: Launch, request: RankRequest) -> None:
+    def __init__(self, launch: Launch) -> None:
+        super().__init__(launch)
+        if launch.accelerator_type is None:
+            raise ValueError("a call on Ray needs the accelerator type of its ranks (Launch.accelerator_type)")
         self.ray = import_ray()
-        self.launch = launch
-        self.request = request
+        self.request = RankRequest(launch.world_size, launch.accelerator_type)
         self.group: Any = None
         self.bundle: Dict[str, float] = {}
         self.hosts: List[Any] = []  # by bundle
         self.places: List[Place] = []  # by rank
-        self.outcomes: Dict[int, RankOutcome] = {}  # by rank
-        self.outputs: Dict[int, RankOutput] = {}
         self.polls: Dict[Any, int] = {}  # pending poll -> rank
-        self.files = CallFiles.create()  # results, as the caller reads them
-        self.supervisor = Supervisor(
-            receive=self._receive,
-            running=lambda: bool(self.running),
-            terminate=self._terminate,
-            kill=self._kill,
-            grace_period=launch.grace_period,
-        )
 
     # --- starting ------------------------------------------------------------------------------------------------
+
+    def start(self, deadline: Optional[float]) -> None:
+        """Connect (to ``RAY_ADDRESS``, unless this process is connected), reserve, start the hosts and the ranks."""
+        session.ensure_connected()
+        self.reserve(self.request.bundle(self.ray.nodes(), _max_resources()), deadline)
+        self.start_hosts(deadline)
+        self.start_ranks(deadline)
 
     def reserve(self, bundle: Dict[str, float], deadline: Optional[float]) -> None:
         self.bundle = bundle
@@ -134,7 +112,7 @@ class _RemoteCall:
             resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
             max_concurrency=2,  # a stop must not wait behind a poll
             # Merged into the job's runtime_env; the caller has shown the Beta notice already.
-            runtime_env={"env_vars": {_BETA_NOTICE_VARIABLE: "1"}},
+            runtime_env={"env_vars": {_variables.BETA_NOTICE_SHOWN: "1"}},
         )
         for index in range(self.request.count):
             strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
@@ -148,7 +126,7 @@ class _RemoteCall:
         (master_port,) = self._get_all([master.free_port.remote()], deadline, "pick a port for MASTER_PORT")
         common = {**forwarded_environ(launch.environ, launch.cwd), **job_environ()}
         function, arguments = self.ray.put(launch.function), self.ray.put(launch.arguments)
-        self.outputs = make_outputs(launch.log_dir, len(self.places), launch.show_all_ranks)
+        self.open_outputs(len(self.places))
         starts = [
             self.hosts[place.bundle].start.remote(
                 place.rank,
@@ -195,19 +173,11 @@ class _RemoteCall:
 
     # --- waiting -------------------------------------------------------------------------------------------------
 
-    @property
-    def running(self) -> List[RankOutcome]:
-        return [o for o in self.outcomes.values() if o.status is None]
-
-    def supervise(self, deadline: Optional[float]) -> None:
-        """Wait until every rank has ended, stopping them all on the first failure, timeout or interrupt."""
-        self.supervisor.run(deadline)
-
-    def _receive(self, seconds: float) -> None:
+    def poll(self, seconds: float) -> None:
         # An interrupt may land anywhere in here: a rank whose poll was taken but not handled is polled again (its
         # exit status stays with its host, so only some output can be lost, and only then).
         polled = set(self.polls.values())
-        for outcome in self.running:
+        for outcome in self.running():
             if outcome.rank not in polled:
                 self._poll_again(outcome.rank)
         ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=seconds)
@@ -223,68 +193,25 @@ class _RemoteCall:
             for stream, data in report["output"]:
                 self.outputs[rank].feed(stream, data)
             if report["status"] is not None:
-                self._on_exit(rank, report["status"], report["result"])
+                self.record_exit(rank, report["status"], read_record(report["result"], rank))
 
     def _poll_again(self, rank: int) -> None:
-        self.polls[self.hosts[self.places[rank].bundle].poll.remote(_POLL_SECONDS)] = rank
-
-    def _on_exit(self, rank: int, status: int, result: Optional[bytes]) -> None:
-        outcome = self.outcomes[rank]
-        outcome.record = self._read_record(rank, result)
-        outcome.exited_at = time.time()
-        outcome.status = status  # last: a rank counts as ended only once all of this is known
-        if not outcome.succeeded:
-            self.supervisor.stop()
+        self.polls[self._host(rank).poll.remote(_POLL_SECONDS)] = rank
 
     def _host_lost(self, rank: int, error: BaseException) -> None:
         """The rank's actor died (its node was lost, or Ray killed it): the rank is gone with it."""
-        outcome = self.outcomes[rank]
         summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        outcome.record = {
-            "ok": False,
-            "kind": "exit",
-            "message": f"its Ray actor on {self.places[rank].slot.node_ip} died ({summary})",
-            "time": time.time(),
-        }
-        outcome.exited_at = time.time()
-        outcome.status = -signal.SIGKILL
-        self.supervisor.stop()
+        what = f"its Ray actor on {self.places[rank].slot.node_ip} died ({summary})"
+        self.record_exit(rank, -signal.SIGKILL, RankRecord.host_lost(what))
 
-    def _read_record(self, rank: int, result: Optional[bytes]) -> Optional[Dict[str, Any]]:
-        if result is None:
-            return None
-        path = self.files.result(rank)
-        self.files.write_bytes(path, result)
-        try:
-            return read_value_file(path)
-        except Exception as error:  # noqa: BLE001 - a value the caller cannot unpickle
-            return {
-                "ok": False,
-                "kind": "unpicklable-result",
-                "message": f"the return value of rank {rank} cannot be unpickled in the caller: "
-                f"{type(error).__name__}: {error}",
-                "time": time.time(),
-            }
-        finally:
-            os.unlink(path)
+    def _host(self, rank: int) -> Any:
+        return self.hosts[self.places[rank].bundle]
 
-    # --- stopping ------------------------------------------------------------------------------------------------
+    # --- stopping and ending -------------------------------------------------------------------------------------
 
-    def _terminate(self) -> None:
-        """Ask every running rank (and everything it started) to terminate."""
-        now = time.time()
-        for outcome in self.running:
-            outcome.stopped_at = now
-            self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGTERM)
-
-    def _kill(self) -> None:
-        for outcome in self.running:
-            self.hosts[self.places[outcome.rank].bundle].stop.remote(signal.SIGKILL)
-
-    # --- ending --------------------------------------------------------------------------------------------------
-
-    def results(self) -> List[Any]:
-        return results_or_error(self.outcomes.values(), self.launch, self.supervisor)
+    def send(self, sig: int, ranks: Sequence[RankOutcome]) -> None:
+        for outcome in ranks:
+            self._host(outcome.rank).stop.remote(sig)
 
     def close(self) -> None:
         """Make sure nothing of this call survives on the cluster, whatever happened."""
@@ -302,6 +229,4 @@ class _RemoteCall:
                     pass
             if self.group is not None:
                 placement.release(self.group)
-            for output in self.outputs.values():
-                output.finish()
-            self.files.remove()
+            self.close_outputs()

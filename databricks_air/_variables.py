@@ -1,0 +1,59 @@
+"""Every environment variable of databricks.air's own, named once.
+
+Modules read them through these names (on/off switches with :mod:`databricks.air._switches`), so that a reader can
+find every place a variable matters by searching for its name here. The user-facing ones are documented in
+``docs/concepts/environment.md``; the last two are bookkeeping that ranks inherit.
+"""
+
+from __future__ import annotations
+
+ACCELERATOR_TYPE = "DATABRICKS_AIR_ACCELERATOR_TYPE"
+"""``CPU`` runs CPU ranks over gloo, whatever accelerator type the code names."""
+
+SHOW_ALL_RANKS = "DATABRICKS_AIR_SHOW_ALL_RANKS"
+"""On: every rank's output is shown live, each line prefixed ``[rank N]`` (default: rank 0's only)."""
+
+LOG_DIR = "DATABRICKS_AIR_LOG_DIR"
+"""Where each call's log folder is made (default: ``databricks-air-logs`` in the temp directory)."""
+
+START_METHOD = "DATABRICKS_AIR_START_METHOD"
+"""``fork`` (default): ranks are forked from the rank server; ``spawn``: each rank is a new interpreter."""
+
+TERMINATE_GRACE_SECONDS = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"
+"""Seconds a rank may take to end after SIGTERM before it is killed (default 3)."""
+
+PRELOAD = "DATABRICKS_AIR_PRELOAD"
+"""Comma-separated modules the rank server imports once, so that ranks start with them loaded."""
+
+MLFLOW = "DATABRICKS_AIR_MLFLOW"
+"""Off (``0``, ``false``, ``no``, ``off``): no MLflow run per call, and ranks do not log loader metrics."""
+
+LOG_UPLOAD_SECONDS = "DATABRICKS_AIR_LOG_UPLOAD_SECONDS"
+"""How often the ranks' logs are uploaded to the call's MLflow run while it runs (default 30)."""
+
+SYSTEM_METRICS = "DATABRICKS_AIR_SYSTEM_METRICS"
+"""Off: no system metrics (CPU, memory, GPUs) in the call's MLflow run."""
+
+SYSTEM_METRICS_SECONDS = "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS"
+"""The sampling interval of the system metrics (default 10)."""
+
+DATA_CACHE_DIR = "DATABRICKS_AIR_DATA_CACHE_DIR"
+"""Where datasets keep their local copies (default: ``databricks-air-data`` in the temp directory)."""
+
+HOME = "DATABRICKS_AIR_HOME"
+"""Where the ``air`` workload command keeps its runs, cached environments and secrets (default ``~/.air``)."""
+
+SECRET_PREFIX = "DATABRICKS_AIR_SECRET_"
+"""``DATABRICKS_AIR_SECRET_<SCOPE>__<KEY>`` holds a workload secret (for CI systems that inject secrets so)."""
+
+RETRY_DELAY_SECONDS = "DATABRICKS_AIR_RETRY_DELAY_SECONDS"
+"""Seconds a workload waits between a failed attempt and its retry."""
+
+WORKLOAD_TIMEOUT_SECONDS = "DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS"
+"""A workload attempt's time limit in seconds, in place of ``timeout_minutes`` (for tests)."""
+
+BETA_NOTICE_SHOWN = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
+"""Set once the Beta notice was shown (the reference's name), so that ranks and Ray actors do not repeat it."""
+
+SERVERLESS_GPU_WARNED = "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"
+"""Set once ``serverless_gpu``'s deprecation warning was shown in this process tree."""

@@ -1,0 +1,143 @@
+"""Things that live in exactly one place, so that a reader finds them by name and a change is made once.
+
+* every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented);
+* process groups, parent death and free ports are handled in ``_engine/processes.py``;
+* whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
+* the launcher reaches the engine through its entry point, ``_engine/launch.py``;
+* no text points at a numbered item of a document that is not in the repository.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Iterator, List, Set, Tuple
+
+from databricks.air import _variables
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "databricks_air"
+SOURCES = [PACKAGE, ROOT / "serverless_gpu", ROOT / "codemods"]
+OUR_VARIABLE = re.compile(r"DATABRICKS_(AIR|INTERNAL)_[A-Z_]+")
+BOOKKEEPING = {_variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED}  # not for users to set
+
+
+def python_files(*folders: Path) -> Iterator[Path]:
+    for folder in folders:
+        yield from sorted(folder.rglob("*.py"))
+
+
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def strings_in_code(tree: ast.Module) -> Iterator[ast.Constant]:
+    """Every string constant that is not a docstring (a string standing alone as a statement)."""
+    standalone = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in standalone:
+            yield node
+
+
+def where(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+
+
+def test_every_variable_of_ours_is_named_in_variables_py_only() -> None:
+    spelled: List[str] = []
+    for path in python_files(*SOURCES):
+        if path == PACKAGE / "_variables.py":
+            continue
+        spelled += [f"{where(path, node)}: {node.value!r}" for node in strings_in_code(parsed(path))
+                    if OUR_VARIABLE.search(node.value)]
+    assert spelled == [], "name these through databricks.air._variables:\n" + "\n".join(spelled)
+
+
+def test_every_variable_for_users_is_documented() -> None:
+    docs = "\n".join(page.read_text(encoding="utf-8") for page in (ROOT / "docs").rglob("*.md"))
+    names = {value for key, value in vars(_variables).items() if key.isupper() and isinstance(value, str)}
+    assert names and all(OUR_VARIABLE.fullmatch(name) for name in names)
+    assert sorted(name for name in names - BOOKKEEPING if name not in docs) == []
+
+
+def calls_and_imports(tree: ast.Module) -> Iterator[Tuple[str, ast.AST]]:
+    """The names of the functions a module calls (``os.killpg`` -> ``killpg``) and of what it imports."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+            yield name, node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                yield alias.name, node
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node.module, node
+
+
+def users_of(names: Set[str]) -> Set[str]:
+    found = set()
+    for path in python_files(*SOURCES):
+        for name, _ in calls_and_imports(parsed(path)):
+            if name in names:
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_process_groups_parent_death_and_ports_are_handled_in_processes_py() -> None:
+    assert users_of({"killpg", "prctl", "getppid"}) == {"databricks_air/_engine/processes.py"}
+    defined = {
+        f"{path.relative_to(ROOT)}:{node.name}"
+        for path in python_files(PACKAGE)
+        for node in ast.walk(parsed(path))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.lstrip("_") in ("kill_group", "free_port", "set_parent_death_signal", "job_environ")
+    }
+    assert defined == {
+        "databricks_air/_engine/processes.py:kill_group",
+        "databricks_air/_engine/processes.py:free_port",
+        "databricks_air/_engine/processes.py:set_parent_death_signal",
+        "databricks_air/_engine/rank_environ.py:job_environ",
+        "databricks_air/_ray/rank_host.py:free_port",  # the actor's method, for the caller: it calls the one above
+        # A workload node launcher's port on its node (for MASTER_PORT); the local one calls the one above.
+        "databricks_air/workloads/backends/base.py:free_port",
+        "databricks_air/workloads/backends/local_nodes.py:free_port",
+    }
+
+
+def test_one_module_asks_whether_this_is_a_jupyter_kernel() -> None:
+    assert users_of({"get_ipython"}) == {"databricks_air/_notebook.py"}
+
+
+def test_the_launcher_reaches_the_engine_through_its_entry_point_only() -> None:
+    imported = set()
+    for node in ast.walk(parsed(PACKAGE / "launcher.py")):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    engine = "databricks.air._engine"
+    assert {name for name in imported if name.startswith(f"{engine}.")} == {f"{engine}.launch"}
+
+
+# Names of documents that live outside this repository, and numbered items of them ("item 21", "3.3").
+OUTSIDE_REFERENCES = re.compile(
+    r"reference-api|shared/research|[a-z]+-anchors\.md|\bDESIGN\.md|\bSTYLE\.md|\bitems? \d+\b"
+    r"|\breference \d+\.\d+|§ ?\d"
+)
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".cfg", ".txt", ".yaml", ".yml", ".ipynb", ".sh"}
+
+
+def test_no_text_points_at_a_numbered_item_of_a_document_outside_the_repository() -> None:
+    folders = [*SOURCES, ROOT / "tests", ROOT / "bench", ROOT / "docs", ROOT / "examples"]
+    files = [ROOT / "README.md"] + [
+        path for folder in folders for path in sorted(folder.rglob("*"))
+        if path.suffix in TEXT_SUFFIXES and path != Path(__file__).resolve() and ".venv" not in path.parts
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1)
+        if OUTSIDE_REFERENCES.search(line)
+    ]
+    assert found == [], "say what is meant instead of pointing elsewhere:\n" + "\n".join(found)
