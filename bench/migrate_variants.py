@@ -1,7 +1,7 @@
 """Seeded corpora of other shapes for ``bench/migrate_speed.py``: the same kind of ML code as
 ``bench/migrate_corpus.py``, with the old API reached in every way real code reaches it.
 
-Figures measured on one corpus do not carry over to another of the same size (issue 16 §14): what costs is where
+Figures measured on one corpus do not carry over to another of the same size: what costs is where
 the old API sits, not how many lines there are. So each corpus here varies one thing the other one holds fixed.
 
 * :func:`write_placed_files` (``placed``): scripts of about ``lines`` lines whose 2 to 4 uses of the old decorator sit

@@ -12,8 +12,8 @@
 Everything outside the Python text of a cell a transform changes comes back byte for byte: BOM, CRLF, tabs, a
 missing final newline, the encoding a script declares in a PEP 263 coding line (``# -*- coding: latin-1 -*-``),
 separators, ``# MAGIC`` and ``# DBTITLE`` lines, and the notebook's JSON style (indent, key order, ``ensure_ascii``,
-trailing newline, sources as lists of lines or strings). A notebook whose JSON style cannot be reproduced exactly is
-refused rather than reformatted.
+trailing newline, sources as lists of lines or strings, a key given twice: :mod:`air_migrate.notebook_json`). A
+notebook whose JSON style cannot be reproduced exactly is refused rather than reformatted.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
+
+from air_migrate.notebook_json import NotebookJson, NotebookJsonError
 
 BOM = "\ufeff"
 DATABRICKS_HEADER = "# Databricks notebook source"
@@ -188,9 +190,8 @@ class NotebookFile(SourceFile):
 
     kind = "ipynb"
 
-    def __init__(self, document: Dict[str, Any], style: "JsonStyle") -> None:
-        self._document = document
-        self._style = style
+    def __init__(self, document: Dict[str, Any], notebook_json: NotebookJson) -> None:
+        self._json = notebook_json
         python = _is_python_notebook(document)
         cells = []
         for number, raw in enumerate(document.get("cells", []), start=1):
@@ -203,13 +204,11 @@ class NotebookFile(SourceFile):
         super().__init__(cells)
 
     def render(self, new_texts: Dict[int, str]) -> bytes:
-        if not new_texts:
-            return self._style.dump(self._document)
-        document = json.loads(json.dumps(self._document))  # a deep copy keeping key order
+        document = self._json.load()  # a fresh copy, duplicate keys and all
         for number, text in new_texts.items():
             raw = document["cells"][number - 1]
             raw["source"] = text.splitlines(keepends=True) if isinstance(raw.get("source"), list) else text
-        return self._style.dump(document)
+        return self._json.dump(document)
 
 
 def _is_python_notebook(document: Dict[str, Any]) -> bool:
@@ -220,27 +219,6 @@ def _is_python_notebook(document: Dict[str, Any]) -> bool:
 
 def _source_text(source: Any) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
-
-
-@dataclasses.dataclass(frozen=True)
-class JsonStyle:
-    """How a notebook's JSON was written, so that it can be written again the same way."""
-
-    indent: Optional[int]
-    ensure_ascii: bool
-    trailing_newline: bool
-
-    @classmethod
-    def detect(cls, raw: str) -> "JsonStyle":
-        match = re.search(r"\n( +)\S", raw)
-        indent = len(match.group(1)) if match else None
-        ensure_ascii = bool(re.search(r"\\u[0-9a-fA-F]{4}", raw)) and all(ord(c) < 128 for c in raw)
-        return cls(indent=indent, ensure_ascii=ensure_ascii, trailing_newline=raw.endswith("\n"))
-
-    def dump(self, document: Dict[str, Any]) -> bytes:
-        separators = (",", ": ") if self.indent is not None else (", ", ": ")
-        text = json.dumps(document, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=separators)
-        return (text + ("\n" if self.trailing_newline else "")).encode("utf-8")
 
 
 def mask_cell(number: int, source: str) -> Cell:
@@ -373,19 +351,12 @@ def _decode_script(data: bytes) -> Tuple[str, str]:
 
 def _read_notebook(data: bytes) -> "NotebookFile":
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SourceError(f"not UTF-8 ({error.reason} at byte {error.start}), as a notebook's JSON must be") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SourceError(f"not a notebook: invalid JSON at line {error.lineno}, column {error.colno}") from None
+        notebook_json, document = NotebookJson.read(data)
+    except NotebookJsonError as error:
+        raise SourceError(str(error)) from None
     if not isinstance(document, dict) or not isinstance(document.get("cells", []), list):
         raise SourceError("not a notebook: no list of cells")
-    style = JsonStyle.detect(text)
-    if style.dump(document) != data:
-        raise SourceError("its JSON layout cannot be reproduced exactly, so it is left as it is")
-    return NotebookFile(document, style)
+    return NotebookFile(document, notebook_json)
 
 
 def _split_databricks(text: str, bom: bool, encoding: str = "utf-8") -> DatabricksFile:

@@ -139,7 +139,7 @@ def test_auto_colour_on_a_terminal_and_no_color(
     assert "\x1b" not in capsys.readouterr().out
 
 
-# A file long enough (200 lines or more) for difflib's matcher to take its blank lines for junk (issue 16 §13).
+# A file long enough (200 lines or more) for difflib's matcher to take its blank lines for junk.
 _FILLER = "".join(f"def helper_{n}(x):\n    return x * {n}\n\n\n" for n in range(60))
 LONG_SCRIPT = (
     _FILLER + "def launch():\n    from serverless_gpu import distributed as nested\n\n"

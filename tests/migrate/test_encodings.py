@@ -1,5 +1,5 @@
 """Scripts in the encoding their PEP 263 coding line declares: read in it, migrated, written back in it, diffed in
-it (issue 16 §7); what cannot be read or written in it is an error that says what to do."""
+it; what cannot be read or written in it is an error that says what to do."""
 
 from __future__ import annotations
 
