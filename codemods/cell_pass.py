@@ -110,6 +110,10 @@ class PreparedCell:
             rule.ancestors = self.ancestors
             rule.module = module
             providers.extend(p for p in rule.get_inherited_dependencies() if p not in providers)
+        self.codes = StatementCodes(module, partial.codes if partial is not None else {})
+        """The code of the module's statements, each printed at most once."""
+        for rule in self.rules:
+            rule.statement_codes = self.codes
         self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
         self.words = _words(self.rules)
         """What the rules ask a top-level statement to hold (``None``: every statement is traversed)."""
@@ -117,8 +121,8 @@ class PreparedCell:
         if partial is not None:  # what was parsed holds those words; the rest is text
             self.skipped = self.skipped | {s for s in own if isinstance(s, RawStatement)}
         elif self.words is not None:
-            self.skipped = self.skipped | {s for s in own if not _holds_any(module, s, self.words)}
-        positions = _StatementPositions(module, self.ancestors, self._wrapper)
+            self.skipped = self.skipped | {s for s in own if not _holds_any(self.codes, s, self.words)}
+        positions = _StatementPositions(module, self.ancestors, self._wrapper, self.codes)
         metadata = _LazyMetadata(self._wrapper, providers, self._scope_wrapper(module), positions)
         for rule in self.rules:
             rule.metadata = metadata  # type: ignore[assignment]
@@ -224,8 +228,12 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
 
     _PARTIAL_PASSES = 2
 
-    def __init__(self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper) -> None:
+    def __init__(
+        self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper,
+        codes: Mapping[libcst.CSTNode, str],
+    ) -> None:
         self._module = module
+        self._codes = codes
         self._ancestors = ancestors
         self._wrapper = wrapper
         self._starts: Optional[Dict[libcst.CSTNode, int]] = None
@@ -251,7 +259,7 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
                 line = len(self._module.header)
                 for each in self._module.body:
                     self._starts[each] = line
-                    line += self._module.code_for_node(each).count("\n")
+                    line += self._codes[each].count("\n")
             if statement not in self._starts:
                 return None
             found = self._computed[statement] = _Shifted({}, self._starts[statement])
@@ -358,8 +366,29 @@ class _Recorder:
         self._computed: Dict[libcst.CSTNode, CodeRange] = {}
 
 
-def _holds_any(module: libcst.Module, statement: libcst.CSTNode, words: FrozenSet[str]) -> bool:
-    text = module.code_for_node(statement)
+class StatementCodes(Mapping):  # type: ignore[type-arg]
+    """The code of each statement of a module as read (top-level or nested), printed the first time it is asked
+    for; a partial parse gives the code of most top-level statements without printing anything."""
+
+    def __init__(self, module: libcst.Module, known: Mapping[libcst.CSTNode, str]) -> None:
+        self._module = module
+        self._codes: Dict[libcst.CSTNode, str] = dict(known)
+
+    def __getitem__(self, statement: libcst.CSTNode) -> str:
+        code = self._codes.get(statement)
+        if code is None:
+            code = self._codes[statement] = self._module.code_for_node(statement)
+        return code
+
+    def __iter__(self) -> Iterator[libcst.CSTNode]:
+        return iter(self._codes)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+
+def _holds_any(codes: Mapping[libcst.CSTNode, str], statement: libcst.CSTNode, words: FrozenSet[str]) -> bool:
+    text = codes[statement]
     return any(word in text for word in words)
 
 
@@ -383,7 +412,7 @@ class _Traversal(libcst.CSTTransformer):
             return False
         if isinstance(node, STATEMENTS):
             if self._words is not None and len(self._cell.ancestors) > 1 and not _holds_any(
-                self._cell.module, node, self._words
+                self._cell.codes, node, self._words
             ):  # a nested statement without a word is no rule's business either (the body of a decorated def)
                 self._passed.add(node)
                 return False

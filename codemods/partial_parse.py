@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import TYPE_CHECKING, Callable, FrozenSet, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 import libcst
 
@@ -56,6 +56,10 @@ class PartialParse:
     """What was parsed: the kept prefix statements, then the parsed statements of the cell."""
     originals: FrozenSet[str]
     """The code of every parsed statement as read, to tell a changed statement from one left alone."""
+    codes: Mapping[libcst.CSTNode, str]
+    """The code of the module's top-level statements, as :meth:`libcst.Module.code_for_node` prints them, known
+    without printing them (the first one is left out when the module has a header, the last when it has a footer:
+    those lines are the module's, not the statement's)."""
 
 
 WordsFor = Callable[[str], Optional[FrozenSet[str]]]
@@ -86,7 +90,8 @@ def parse_partly(prefix: Sequence[str], chunks: Sequence[str], words_for: WordsF
     if module is None or module.code != "".join(prefix[index] for index in prefix_kept) + "".join(chunks):
         return None
     originals = frozenset([prefix[index] for index in prefix_kept] + [chunks[index] for index in kept])
-    return PartialParse(module, prefix_kept, parsed_text, originals)
+    return PartialParse(module, prefix_kept, parsed_text, originals, _codes(module, [prefix[i] for i in prefix_kept],
+                                                                            chunks))
 
 
 def changed_statements(module: libcst.Module, originals: FrozenSet[str]) -> str:
@@ -96,6 +101,15 @@ def changed_statements(module: libcst.Module, originals: FrozenSet[str]) -> str:
         code for code in (module.code_for_node(s) for s in module.body if not isinstance(s, RawStatement))
         if code not in originals
     )
+
+
+def _codes(module: libcst.Module, prefix: Sequence[str], chunks: Sequence[str]) -> Dict[libcst.CSTNode, str]:
+    codes = dict(zip(module.body, [*prefix, *chunks]))
+    if module.header and module.body:
+        del codes[module.body[0]]
+    if module.footer and module.body:
+        codes.pop(module.body[-1], None)
+    return codes
 
 
 def _holds(text: str, words: FrozenSet[str]) -> bool:

@@ -137,6 +137,9 @@ class Rule(libcst.CSTTransformer):
         self.ancestors: List[libcst.CSTNode] = []
         """During the traversal: the original nodes from the module down to the node being visited or left (last),
         kept by the pass at no extra cost (``ParentNodeProvider`` walks the whole cell once more)."""
+        self.statement_codes: Optional[Mapping[libcst.CSTNode, str]] = None
+        """Set by the pass: the code of each statement of :attr:`module` as read, printed at most once per cell
+        (see :meth:`statement_code`)."""
 
     @classmethod
     def scan_file(cls, source: "SourceFile") -> Optional[FileScan]:
@@ -155,6 +158,13 @@ class Rule(libcst.CSTTransformer):
         the top-level statements that are parsed (every binding of a word spells it, so those names resolve the
         same)."""
         return None
+
+    def statement_code(self, statement: libcst.CSTNode) -> str:
+        """The code of ``statement`` (of :attr:`module`, as read): what :meth:`libcst.Module.code_for_node` gives,
+        without printing it again when the pass already knows it (most of a large cell's statements)."""
+        if self.statement_codes is not None:
+            return self.statement_codes[statement]
+        return self.module.code_for_node(statement)
 
     def report(
         self,

@@ -90,6 +90,19 @@ def test_a_syntax_error_away_from_any_old_api_still_fails_the_script_where_pytho
     assert result.migrated is None
 
 
+@pytest.mark.parametrize("text", [
+    "# licence\n\nimport wanted\nx = 1\n",
+    "x = 1\n# about it\nwanted = 2\n# trailing\n\n",
+    "class A:\n    wanted = 1\n\n    # the end of its block\n\nif wanted:\n    pass\n# footer\n",
+    "\n\n@wanted\ndef f():\n    return 1\n\n\ny = 2",
+])
+def test_the_code_a_partial_parse_gives_for_each_statement_is_what_libcst_prints(text: str) -> None:
+    partial = parse_partly(["import wanted as w\n"], split_statements(text), _fixed("wanted"))
+    assert partial is not None and partial.codes
+    for statement, code in partial.codes.items():
+        assert code == partial.module.code_for_node(statement)
+
+
 def test_a_large_script_is_parsed_only_where_it_mentions_the_old_api() -> None:
     text = "import serverless_gpu as sg\n" + FILLER + "@sg.distributed(gpus=2)\ndef train():\n" + \
            "".join(f"    step_{n}()\n" for n in range(100))
