@@ -33,7 +33,9 @@ What it measures
         function; every import form (star, aliases, the new package with old keywords), several in one file;
         ``-j2``, and the anchor (d) on the same files (``dp``);
     s.  100 sparse files of about 500 lines, the old API in one import and one or two uses, ``-j2``; anchor ``ds``;
-    e.  one 3 MB script: corpus (p)'s files made one module, ``--check``, with its peak memory.
+    e.  one 3 MB script: corpus (p)'s files made one module, ``--check``, with its peak memory;
+    f.  a notebook of 5,360 cells of (b2)'s kind, each code cell with 7 lines of saved output (6 MB), with its
+        peak memory; its time per cell against (b2)'s says whether anything grows faster than the notebook.
 
     Every run is checked, so that a fast but wrong run cannot look good: (a) every file's bytes are unchanged and
     the summary counts every file; (b) the cell count, markdown cells and magic lines are unchanged, and no
@@ -41,11 +43,15 @@ What it measures
     (c) every file changed and parses, with no ``serverless_gpu`` import or ``gpus=``/``gpu_type=`` keyword left
     and one ``num_accelerators=`` per old decorator, and ``-j1`` and ``-j2`` give the same files and the same report;
     (d) libcst exits 0 and leaves no ``serverless_gpu`` import. (b2), (p) and (s) are checked as (b) and (c); (e)
-    must say that the file would change, with one change per old keyword.
+    must say that the file would change, with one change per old keyword; (f) is checked as (b).
+
+    A corpus of many files and its anchor run one after the other in each round (their order swapped every round),
+    so that both meet the same load. Peak memory is measured by ``bench/_peak_memory.py``, a small process that
+    runs the command (a child forked from this large process would report this process's pages as its own).
 
 Budgets (issues 5 and 16, on the project's 2-core machines)
     a <= 5 s; b, b2 <= 2 s (each form); c (-j2) <= 30 s; every corpus of 100 files at most 0.3 times its anchor in
-    the same run; e <= 20 s and 500 MB. Nothing asserts on time: an over-budget case says ``over``. The script
+    the same run; e <= 20 s and 500 MB; f within 1.25 times (b2)'s time per cell. Nothing asserts on time: an over-budget case says ``over``. The script
     exits non-zero only when a command fails or a check finds a wrong result.
 
 Run: ``.venv/bin/python bench/migrate_speed.py`` (full; minutes) or ``--quick`` (10x smaller corpora, one run each,
@@ -80,10 +86,15 @@ LIBCST_COMMAND = [
     "--hide-progress", "--old_name", "serverless_gpu", "--new_name", "databricks.air",
 ]
 CASE_KEYS = ("a", "b-ipynb", "b-databricks", "b2-ipynb", "b2-databricks", "c-j2", "c-j1", "d", "p-j2", "dp", "s-j2",
-             "ds", "e")
+             "ds", "e", "f")
 ANCHORS = {"c-j2": "d", "p-j2": "dp", "s-j2": "ds"}
 """Each corpus of many files, with the anchor run on the same files."""
 BIG_SCRIPT_BYTES = 3_000_000
+BIG_NOTEBOOK_CELLS = 5360
+BIG_NOTEBOOK_OUTPUT_LINES = 7
+PER_CELL_BUDGET = 1.25
+"""How many times (b2)'s time per cell the 5,360-cell notebook may take per cell."""
+PEAK_MEMORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_peak_memory.py")
 _OLD_IMPORT = re.compile(r"^\s*(from|import)\s+serverless_gpu\b", re.MULTILINE)
 _OLD_KEYWORD = re.compile(r"\bgpus\s*=|\bgpu_type\s*=")
 
@@ -172,10 +183,11 @@ def run_once(case: Case, scratch: str) -> None:
     else:
         shutil.copy2(pristine, target)
     shutil.copy2(os.path.join(scratch, ".libcst.codemod.yaml"), work)
+    peak = os.path.join(scratch, "peak-memory")
     with open(os.path.join(scratch, "stdout"), "w+") as out, open(os.path.join(scratch, "stderr"), "w+") as err:
         start = time.perf_counter()
-        process = subprocess.Popen([*case.command, case.corpus], cwd=work, stdout=out, stderr=err,
-                                   env=case.env)
+        process = subprocess.Popen([sys.executable, PEAK_MEMORY, peak, "--", *case.command, case.corpus], cwd=work,
+                                   stdout=out, stderr=err, env=case.env)
         _, status, usage = os.wait4(process.pid, 0)  # this command's own usage, its workers included
         elapsed = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -185,7 +197,8 @@ def run_once(case: Case, scratch: str) -> None:
     case.check(pristine, run)
     case.times.append(elapsed)
     case.cpu.append(usage.ru_utime + usage.ru_stime)
-    case.memory.append(usage.ru_maxrss / 1024)
+    with open(peak) as stream:
+        case.memory.append(int(stream.read()) / 1024)
     # Keep the migrated tree of the last run for comparisons between cases.
     kept = os.path.join(scratch, "result", case.key)
     os.makedirs(os.path.dirname(kept), exist_ok=True)
@@ -382,11 +395,14 @@ def build_corpora(scratch: str, sizes: Sizes) -> Dict[str, object]:
         os.path.join(pristine, "sparse"), sizes.matching_files, sizes.matching_lines, SEED + 5
     )
     big_uses = _write_big_script(os.path.join(pristine, "big.py"), sizes, SEED + 6)
+    big_cells = variants.varied_notebook_cells(
+        BIG_NOTEBOOK_CELLS // (10 if sizes is QUICK else 1), SEED + 7)
+    corpus.write_ipynb(os.path.join(pristine, "big.ipynb"), big_cells, BIG_NOTEBOOK_OUTPUT_LINES)
     subprocess.run(
         [sys.executable, "-m", "libcst.tool", "initialize", "."], cwd=scratch, check=True, stdout=subprocess.DEVNULL
     )
     return {"matching": matching, "cells": cells, "varied_cells": varied_cells, "placed": placed, "sparse": sparse,
-            "big_uses": big_uses}
+            "big_uses": big_uses, "big_cells": big_cells}
 
 
 def _write_big_script(path: str, sizes: Sizes, seed: int) -> int:
@@ -445,6 +461,8 @@ def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> 
         Case("e", "e. one 3 MB script of (p)'s code, --check", "big.py", [*OUR_COMMAND, "--check"],
              check_big_script(built["big_uses"]), budget(20.0),  # type: ignore[arg-type]
              memory_budget=None if quick else 500.0),
+        Case("f", f"f. {len(built['big_cells']):,}-cell .ipynb of (b2)'s cells, with outputs",  # type: ignore
+             "big.ipynb", OUR_COMMAND, check_ipynb(built["big_cells"])),  # type: ignore[arg-type]
     ]
     assert tuple(case.key for case in all_cases) == CASE_KEYS
     return {case.key: case for case in all_cases}
@@ -474,6 +492,14 @@ def report(all_cases: Dict[str, Case], repeats: int) -> None:
                   f"{cpu:.2f} CPU (budget 0.30: {verdict})")
     if "c-j2" in all_cases and "c-j1" in all_cases:
         print(f"speed-up -j2 over -j1: {all_cases['c-j1'].median / all_cases['c-j2'].median:.2f}")
+    if "f" in all_cases and "b2-ipynb" in all_cases:
+        small, big = all_cases["b2-ipynb"], all_cases["f"]
+        cells = BIG_NOTEBOOK_CELLS / 200
+        ratio = big.median / small.median / cells
+        cpu = statistics.median(big.cpu) / statistics.median(small.cpu) / cells
+        verdict = "ok" if ratio <= PER_CELL_BUDGET else "OVER"
+        print(f"time per cell, f / b2-ipynb (medians): {ratio:.2f} wall, {cpu:.2f} CPU (budget "
+              f"{PER_CELL_BUDGET:.2f}: {verdict})")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -504,11 +530,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         built = build_corpora(scratch, sizes)
         all_cases = cases(scratch, sizes, built, args.quick)
         chosen = {key: case for key, case in all_cases.items() if not wanted or key in wanted}
-        groups = [[case] for case in chosen.values()]
+        paired = {key for pair in ANCHORS.items() for key in pair if set(pair) <= set(chosen)}
+        groups = [[case] for key, case in chosen.items() if key not in paired]
+        groups += [[chosen[ours], chosen[anchor]] for ours, anchor in ANCHORS.items() if ours in paired]
         if args.before:
             code = os.path.abspath(args.before)
-            groups = [[before_twin(case, code), case] if case.command[:3] == OUR_COMMAND else [case]
-                      for case in chosen.values()]
+            groups = [[each for case in group
+                       for each in ([before_twin(case, code), case] if case.command[:3] == OUR_COMMAND else [case])]
+                      for group in groups]
         run_rounds(groups, scratch, repeats, args.case_seconds)
         chosen = {case.key: case for group in groups for case in group}
         if "c-j2" in chosen and "c-j1" in chosen:

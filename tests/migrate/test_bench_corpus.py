@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict
@@ -227,3 +228,24 @@ def test_the_big_script_check_wants_every_keyword_renamed_and_the_file_untouched
         check(str(script), speed.Run(1, said.split("\n", 1)[1], "", str(script)))
     with pytest.raises(speed.WrongResult, match="exit code 0"):
         check(str(script), speed.Run(0, said, "", str(script)))
+
+
+def test_a_notebook_with_saved_outputs_is_read_in_its_layout_and_keeps_its_outputs(tmp_path: Path) -> None:
+    cells = variants.varied_notebook_cells(30, seed=5)
+    path = tmp_path / "nb.ipynb"
+    corpus.write_ipynb(str(path), cells, output_lines=3)
+    before = json.loads(path.read_text())["cells"]
+    code_cells = [cell for cell in before if cell["cell_type"] == "code"]
+    assert code_cells and all(len(cell["outputs"][0]["text"]) == 3 for cell in code_cells)
+    read_source(str(path), path.read_bytes())  # its layout is one the tool writes back exactly
+    assert main(["--no-progress", str(path)]) == 0
+    after = json.loads(path.read_text())["cells"]
+    assert [cell.get("outputs") for cell in after] == [cell.get("outputs") for cell in before]
+
+
+def test_the_peak_memory_wrapper_reports_the_commands_own_peak_and_its_exit_code(tmp_path: Path) -> None:
+    out = tmp_path / "peak"
+    grow = "b = bytearray(64 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); raise SystemExit(3)"
+    code = subprocess.call([sys.executable, speed.PEAK_MEMORY, str(out), "--", sys.executable, "-c", grow])
+    assert code == 3
+    assert 64 * 1024 <= int(out.read_text()) < 1024 * 1024  # KiB: its 64 MiB, not this process's pages
