@@ -346,7 +346,8 @@ def _decode_script(data: bytes) -> Tuple[str, str]:
                 "its first or second line, e.g. `# -*- coding: latin-1 -*-` (PEP 263)"
             ) from None
         raise SourceError(f"not valid {declared}, the encoding its coding line declares ({error.reason} at byte "
-                          f"{error.start})") from None
+                          f"{error.start}): declare the encoding the file is really in, or save it in {declared}") \
+            from None
 
 
 def _read_notebook(data: bytes) -> "NotebookFile":

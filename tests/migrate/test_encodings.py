@@ -57,7 +57,9 @@ def test_a_databricks_notebook_source_may_declare_its_encoding_on_line_two() -> 
 @pytest.mark.parametrize("data, message", [
     (b"# -*- coding: klingon -*-\nx = 1\n", "declares 'klingon', which is no encoding Python knows"),
     (b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n", "byte order mark but its coding line declares 'latin-1'"),
-    (b"# -*- coding: cp1252 -*-\n# \x81\n", r"not valid cp1252, the encoding its coding line declares"),
+    (b"# -*- coding: cp1252 -*-\n# \x81\n", r"not valid cp1252, the encoding its coding line declares \("
+                                            r"character maps to <undefined> at byte 27\): declare the encoding "
+                                            r"the file is really in, or save it in cp1252"),
     (b"# -*- coding: utf-16 -*-\nx = 1\n", r"declares 'utf-16', which Python refuses in a coding line"),
 ])
 def test_a_coding_line_python_would_refuse_is_an_error(data: bytes, message: str) -> None:
@@ -108,3 +110,10 @@ def test_standard_input_comes_back_in_its_own_encoding(
     feed_stdin(monkeypatch, (LATIN + OLD).encode("latin-1"))
     assert main(["--stdin-filename", "job.py", "-"]) == 0
     assert capsysbinary.readouterr().out == (LATIN + NEW).encode("latin-1")
+
+
+def test_a_bom_with_a_utf8_coding_line_is_kept_and_so_is_the_line() -> None:
+    data = ("\ufeff# -*- coding: utf-8 -*-\n# café\n" + OLD).encode("utf-8")
+    result = migrate_file("job.py", data, RULES)
+    assert result.error is None and result.encoding == "utf-8"
+    assert result.migrated == ("\ufeff# -*- coding: utf-8 -*-\n# café\n" + NEW).encode("utf-8")
