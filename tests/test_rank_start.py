@@ -225,6 +225,8 @@ SOURCE = """
             fails.distributed()
         except ValueError as error:
             print("REMOTE TRACEBACK", repr(error.remote_traceback))
+            print("REPORT", repr(str(error)))
+            print("RANK LOG", repr(open(error.log_dir + "/rank_0.txt").read()))
 """
 
 
@@ -240,11 +242,12 @@ def test_code_of_the_callers_script_has_its_file_and_source_in_the_rank(run_scri
     assert filename == script
     assert scripted == doubled == 2.0
 
-    # The caller's report and rank 0's live traceback name the script's lines, with their source.
-    remote = ast.literal_eval(re.search(r"^REMOTE TRACEBACK (.*)$", done.stdout, re.MULTILINE).group(1))
+    # The error's traceback, its report and rank 0's log name the script's lines, with their source.
+    shown = [ast.literal_eval(re.search(rf"^{label} (.*)$", done.stdout, re.MULTILINE).group(1))
+             for label in ("REMOTE TRACEBACK", "REPORT", "RANK LOG")]
     number = SOURCE.splitlines().index('            raise ValueError(f"batch size {size} is odd")') + 1
     expected = f'  File "{script}", line {number}, in check_batch_size\n    raise ValueError(f"batch size {{size}} is odd")'
-    for text in (remote, done.stderr):
+    for text in shown:
         assert expected in text, text
         assert "<dynamic-code>" not in text
 

@@ -94,9 +94,7 @@ def results_or_error(
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        error = build_error(ordered, name, log_dir, hints, stop_report, live_ranks)
-        keep_tracebacks_in_logs(ordered)
-        raise error
+        raise build_error(ordered, name, log_dir, hints, stop_report, live_ranks)
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
@@ -124,7 +122,7 @@ def build_error(
 
     Each thing is said once: the headline holds the error's message, the traceback its frames; the last lines of
     the failed rank's output are left out when the user has just seen them live (``live_ranks``, rank 0 by
-    default).
+    default). Each failed rank's traceback is appended to its log, where the likely causes are then looked for.
     """
     world_size = len(outcomes)
     failed = sorted((o for o in outcomes if o.failed_on_its_own), key=lambda o: o.failed_at)
@@ -147,6 +145,7 @@ def build_error(
             if tail
             else f"Rank {root.rank} wrote no output ({root.log_path})."
         )
+    keep_tracebacks_in_logs(outcomes)  # after the tail is read (it shows the rank's own output), before the scan
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
     causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
