@@ -158,6 +158,17 @@ def all_reduce_rank(cuda: bool) -> Dict[str, Any]:
     return result
 
 
+def seeds_rank(cuda: bool) -> Dict[str, Any]:
+    """The generators' seeds as this rank found them: torch's CPU one, and CUDA's once CUDA is initialised."""
+    import torch
+
+    found = {"cpu": torch.initial_seed()}
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        found["cuda"] = torch.cuda.initial_seed()  # initialises CUDA, which seeds its generators
+    return found
+
+
 def record_pid(pid_dir: str) -> None:
     """Leave this rank's pid where the checking process looks for leftovers (renamed into place: never half-written)."""
     path = os.path.join(pid_dir, f"pid_{os.environ['RANK']}")
@@ -365,6 +376,17 @@ def check_cuda_caller(mode: str) -> Dict[str, Any]:
     return result("PASS" if ok and after > 0 else "FAIL", detail, ranks=len(ranks))
 
 
+def check_seeds(mode: str) -> Dict[str, Any]:
+    """Every rank of every call draws its generators afresh (CUDA's apart from the CPU one), as a new interpreter."""
+    function = decorated(seeds_rank, mode)
+    found = function.distributed(mode == "gpu") + function.distributed(mode == "gpu")
+    kinds = ["cpu", "cuda"] if mode == "gpu" else ["cpu"]
+    seeds = [ranks[kind] for ranks in found for kind in kinds]
+    ok = len(set(seeds)) == len(seeds)
+    detail = f"{len(found)} ranks over 2 calls, {len(set(seeds))} distinct seeds of {len(seeds)} ({', '.join(kinds)})"
+    return result("PASS" if ok else "FAIL", detail, ranks=len(found))
+
+
 def check_failing_rank(mode: str) -> Dict[str, Any]:
     from databricks.air.exceptions import DistributedExecutionError
 
@@ -557,6 +579,7 @@ CHECKS: Dict[str, Callable[[str], Dict[str, Any]]] = {
     "fsdp": lambda mode: check_training("fsdp", mode),
     "deepspeed": lambda mode: check_training("deepspeed", mode),
     "cuda_caller": check_cuda_caller,
+    "seeds": check_seeds,
     "failing_rank": check_failing_rank,
     "timeout": check_timeout,
     "launch": check_launch,

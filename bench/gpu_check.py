@@ -29,6 +29,7 @@ CHECKS = [
     ("ddp", 150, "DDP through .distributed(), every rank"),
     ("fsdp", 150, "FSDP2 fully_shard, every rank"),
     ("cuda_caller", 120, "call after the caller initialised CUDA"),
+    ("seeds", 90, "fresh CPU and CUDA seeds per rank and call"),
     ("failing_rank", 120, "a failing rank: error, rank, cleanup"),
     ("timeout", 60, "timeout=5 of a sleeping function"),
     ("deepspeed", 180, "DeepSpeed ZeRO-2, every rank"),

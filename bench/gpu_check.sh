@@ -11,7 +11,7 @@
 #
 # Checks (bench/_gpu_checks.py; each isolated with its own wall-clock cap, run by bench/gpu_check.py): machine
 # (GPUs, driver, torch, CUDA, NCCL), NCCL DDP and FSDP2 on every GPU through .distributed(), DeepSpeed ZeRO-2 if
-# installed, a call after the caller initialised CUDA, cold and warm launch against torchrun, a failing rank, the
+# installed, a call after the caller initialised CUDA, fresh random seeds per rank and call, cold and warm launch against torchrun, a failing rank, the
 # timeout, and DDP steps per second against torchrun (bench/ddp_step_overhead.py).
 #
 # --cpu (or GPU_CHECK_CPU=1) is the dry run: the same checks on 2 CPU ranks over gloo, for a machine without GPUs.

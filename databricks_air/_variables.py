@@ -22,6 +22,12 @@ START_METHOD = "DATABRICKS_AIR_START_METHOD"
 TERMINATE_GRACE_SECONDS = "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"
 """Seconds a rank may take to end after SIGTERM before it is killed (default 3)."""
 
+SNAPSHOT_SECONDS = "DATABRICKS_AIR_SNAPSHOT_SECONDS"
+"""The budget of the look at the ranks (stacks, collectives) before they are stopped (default 5; ``0``: none)."""
+
+STALL_SECONDS = "DATABRICKS_AIR_STALL_SECONDS"
+"""Ranks waiting this long in a collective another rank has not reached get a warning (default 600; ``0``: never)."""
+
 PRELOAD = "DATABRICKS_AIR_PRELOAD"
 """Comma-separated modules the rank server imports once, so that ranks start with them loaded."""
 

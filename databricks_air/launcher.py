@@ -37,6 +37,11 @@ __all__ = ["distributed"]
 
 DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
 
+CPU_RANK_ENVIRON = {"ACCELERATE_USE_CPU": "true"}
+"""What libraries read to run on CPU, for CPU ranks (a variable the caller set is left as it is): ``accelerate``'s
+``Accelerator()`` and Hugging Face ``Trainer`` would otherwise run each rank as a training of its own on a machine
+without GPUs (they look for GPUs before they look at ``WORLD_SIZE``), or train on the GPUs of one that has them."""
+
 _UNSET: Any = object()
 
 
@@ -183,6 +188,8 @@ class DistributedFunction:
             log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
             self.last_log_dir = log_dir
             kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
+            if kind == "CPU":
+                environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             print(
                 f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
                 file=sys.stderr,
@@ -194,7 +201,7 @@ class DistributedFunction:
                 run.start_log_uploads(log_dir)
                 if not self.remote:  # this node's metrics say nothing of ranks on other machines
                     run.start_system_metrics()
-            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir)
+            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run)
         except KeyboardInterrupt:
             status = "KILLED"
             raise
@@ -218,7 +225,13 @@ class DistributedFunction:
         }
 
     def _launch(
-        self, name: str, function_bytes: bytes, argument_bytes: bytes, environ: Dict[str, str], log_dir: str
+        self,
+        name: str,
+        function_bytes: bytes,
+        argument_bytes: bytes,
+        environ: Dict[str, str],
+        log_dir: str,
+        run: Optional[tracking.CallRun],
     ) -> List[Any]:
         launch = engine.Launch(
             name=name,
@@ -228,13 +241,16 @@ class DistributedFunction:
             environ=environ,
             cwd=os.getcwd(),
             sys_path=list(sys.path),
+            argv=list(sys.argv),
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
             show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
             start_method=os.environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
-            grace_period=_grace_period(),
-            code_files=payload.code_files(self.func),
+            grace_period=_seconds(_variables.TERMINATE_GRACE_SECONDS, 3.0),
+            snapshot_seconds=_seconds(_variables.SNAPSHOT_SECONDS, 5.0),
+            stall_seconds=_seconds(_variables.STALL_SECONDS, 600.0),
+            on_report=run.keep_snapshot if run is not None else None,
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
             accelerator_type=self.accelerator_type,
@@ -269,11 +285,11 @@ def _timeout_note(timeout: Optional[float]) -> str:
     )
 
 
-def _grace_period() -> float:
-    variable = _variables.TERMINATE_GRACE_SECONDS
+def _seconds(variable: str, default: float) -> float:
+    """A number of seconds from the environment (``default`` when unset)."""
     value = os.environ.get(variable, "")
     try:
-        return max(0.0, float(value)) if value else 3.0
+        return max(0.0, float(value)) if value else default
     except ValueError:
         raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
 

@@ -1,23 +1,20 @@
 """Shipping the function and its arguments to the ranks.
 
-cloudpickle pickles functions, closures and classes defined in a notebook or in ``__main__`` by value, and
-importable ones by reference. When something cannot be pickled, :class:`SerializationError` names it (the
-function, the argument, or the captured global) before any process starts, and says what to do instead.
+cloudpickle pickles functions, closures and classes defined in a notebook or in ``__main__`` by value (with their
+file names and source: :mod:`databricks.air._engine.by_value`), and importable ones by reference. When something
+cannot be pickled, :class:`SerializationError` names it (the function, the argument, or the captured global) before
+any process starts, and says what to do instead.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import io
-import pickle
-import sys
 import types
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
-import cloudpickle
-
+from databricks.air._engine import by_value
 from databricks.air._engine.values import dump_value
 from databricks.air._warnings import user_stacklevel
 from databricks.air.exceptions import SerializationError
@@ -26,42 +23,11 @@ LARGE_CAPTURE_BYTES = 100 * 1000 * 1000
 _SEARCH_DEPTH = 3
 
 
-class _Pickler(cloudpickle.CloudPickler):
-    """cloudpickle, except that entries of ``sys.modules`` that are not plain modules go by name.
-
-    With a function, cloudpickle also ships each loaded submodule of a package the function uses whose name parts
-    all appear among the code's names. ``torch.ops`` is such an entry, of a subclass of the module type that
-    cloudpickle's table (keyed by exact type) does not know: pickled by value it failed ("cannot pickle '_Ops'
-    object") for any function using ``torch`` and some other ``.ops`` attribute (``deepspeed.ops``,
-    ``torchvision.ops``). By name, the rank gets its own, as an import would give it.
-    """
-
-    def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._module_entries = {
-            id(value): name
-            for name, value in list(sys.modules.items())
-            if value is not None and type(value) is not types.ModuleType  # noqa: E721 - exact type on purpose
-        }
-
-    def reducer_override(self, obj: Any) -> Any:
-        name = self._module_entries.get(id(obj))
-        if name is not None and sys.modules.get(name) is obj:
-            return importlib.import_module, (name,)
-        return super().reducer_override(obj)
-
-
-def _dumps(value: Any) -> bytes:
-    stream = io.BytesIO()
-    _Pickler(stream).dump(value)
-    return stream.getvalue()
-
-
 def serialize_function(function: Any) -> bytes:
     """cloudpickle ``function``; raise :class:`SerializationError` naming the culprit if it cannot be pickled."""
     name = _name(function)
     try:
-        data = _dumps(function)
+        data = by_value.dumps(function)
     except Exception as error:  # noqa: BLE001 - pickling raises many types
         culprit = _find_unpicklable(function, name, _SEARCH_DEPTH)
         if culprit is not None:
@@ -86,7 +52,7 @@ def serialize_arguments(function: Any, bound: inspect.BoundArguments) -> bytes:
     except Exception as error:  # noqa: BLE001
         for arg_name, value in bound.arguments.items():
             try:
-                _dumps(value)
+                by_value.dumps(value)
             except Exception as inner:  # noqa: BLE001
                 raise SerializationError(
                     f"cannot ship the arguments of {_name(function)} to the ranks: argument {arg_name!r} "
@@ -118,41 +84,6 @@ def captured_values(function: Any) -> Iterator[Tuple[str, Any]]:
         yield f"default of {name!r}", value
 
 
-def code_files(function: Any) -> Dict[str, str]:
-    """Function name -> source file for the code shipped by value with ``function``.
-
-    cloudpickle replaces the file name of code it pickles by value with ``<dynamic-code>``; this map lets the
-    caller put the real file (or notebook cell) back into a rank's traceback.
-    """
-    found: Dict[str, str] = {}
-    seen: set = set()
-
-    def visit(value: Any, depth: int) -> None:
-        if id(value) in seen or depth < 0:
-            return
-        seen.add(id(value))
-        if isinstance(value, types.MethodType):
-            value = value.__func__
-        if isinstance(value, types.FunctionType):
-            _add_code(value.__code__, found)
-            for _, captured in captured_values(value):
-                visit(captured, depth - 1)
-        elif isinstance(value, type) and value.__module__ not in ("builtins",):
-            for member in vars(value).values():
-                visit(member, depth - 1)
-
-    visit(function, _SEARCH_DEPTH)
-    return found
-
-
-def _add_code(code: types.CodeType, found: Dict[str, str]) -> None:
-    if not code.co_filename.startswith("<dynamic"):
-        found.setdefault(code.co_name, code.co_filename)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _add_code(const, found)
-
-
 def _global_names(code: types.CodeType) -> set:
     names = set(code.co_names)
     for const in code.co_consts:
@@ -167,7 +98,7 @@ def _find_unpicklable(function: Any, path: str, depth: int) -> Optional[Tuple[st
         if isinstance(value, types.ModuleType):
             continue
         try:
-            _dumps(value)
+            by_value.dumps(value)
             continue
         except Exception as error:  # noqa: BLE001
             where = f"{description}" if depth == _SEARCH_DEPTH else f"{description} (through {path})"
@@ -185,7 +116,7 @@ def _warn_large_captures(function: Any, name: str) -> None:
         if isinstance(value, types.ModuleType):
             continue
         try:
-            size = len(_dumps(value))
+            size = len(by_value.dumps(value))
         except Exception:  # noqa: BLE001
             continue
         if size > LARGE_CAPTURE_BYTES:

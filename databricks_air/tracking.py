@@ -192,6 +192,16 @@ class CallRun:
         self._uploader = _LogUploader(self, log_dir, interval)
         self._uploader.start()
 
+    def keep_snapshot(self, report: Any) -> None:
+        """Attach a report of where the ranks were (a :class:`~databricks.air._engine.stop_report.StopReport`):
+        its folder's files under ``snapshot/`` (a stall's under ``snapshot/stall_<n>/``), and a tag naming the
+        suspect ranks."""
+        name = os.path.basename(report.folder)
+        artifact_path = "snapshot" if name == "snapshot" else f"snapshot/{name}"
+        self.client.log_artifacts(self.run_id, report.folder, artifact_path=artifact_path)
+        self.client.set_tag(self.run_id, "databricks.air.suspect_ranks",
+                            ",".join(str(rank) for rank in report.suspects) or "none")
+
     def upload_logs(self, log_dir: str) -> None:
         for path in sorted(glob.glob(os.path.join(log_dir, "rank_*.txt"))):
             self.client.log_artifact(self.run_id, path, artifact_path="logs")

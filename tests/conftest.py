@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Sequence
 
 import pytest
 
@@ -49,13 +49,16 @@ def _close_rank_servers() -> None:
 
 @pytest.fixture
 def run_script(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run a Python script (dedented) in a fresh interpreter, as a notebook kernel or a user's script would."""
+    """Run a Python script (dedented) in a fresh interpreter, as a notebook kernel or a user's script would;
+    ``args`` are its command-line arguments."""
 
-    def run(source: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    def run(
+        source: str, timeout: float = 120, env: dict | None = None, args: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess:
         path = tmp_path / "script.py"
         path.write_text(textwrap.dedent(source))
         return subprocess.run(
-            [sys.executable, str(path)],
+            [sys.executable, str(path), *args],
             capture_output=True,
             text=True,
             timeout=timeout,

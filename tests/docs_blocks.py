@@ -7,6 +7,8 @@ Convention (enforced by ``tests/test_docs.py``):
 * ```` ```text ```` blocks show output and are never executed;
 * any block preceded by a line ``<!-- not-run: <reason> -->`` (blank lines may separate them) is not executed;
   the reason is required;
+* a line ``<!-- requires: module, module -->`` anywhere on a page names optional packages its blocks import: the
+  page's blocks are skipped (not failed) where one of them is not installed;
 * any other block (another language, or none) is an error: mark it or change its language.
 """
 
@@ -23,6 +25,7 @@ SHOWN = ("text",)
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _MARKER = re.compile(r"^\s*<!--\s*not-run\b(?P<rest>.*?)-->\s*$")
 _MARKER_START = re.compile(r"^\s*<!--\s*not-run\b")
+_REQUIRES = re.compile(r"^\s*<!--\s*requires:(?P<modules>.*?)-->\s*$")
 
 
 @dataclasses.dataclass
@@ -52,6 +55,8 @@ class Page:
     path: Path
     blocks: List[Block]
     problems: List[str]
+    requires: List[str] = dataclasses.field(default_factory=list)
+    """The modules named by ``<!-- requires: ... -->`` lines."""
 
     @property
     def executed_blocks(self) -> List[Block]:
@@ -122,7 +127,15 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
         blocks.append(block)
     if pending_marker is not None:
         problems.append(_dangling(pending_marker[0]))
-    return Page(path=path, blocks=blocks, problems=problems)
+    requires = [
+        name.strip()
+        for line in lines
+        for match in [_REQUIRES.match(line)]
+        if match is not None
+        for name in match.group("modules").split(",")
+        if name.strip()
+    ]
+    return Page(path=path, blocks=blocks, problems=problems, requires=requires)
 
 
 def _marker_reason(line: str) -> Optional[str]:

@@ -61,7 +61,7 @@ class ScriptedCall(Call):
 
 
 def make_launch(tmp_path: Path, **changes: object) -> Launch:
-    settings = dict(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[],
+    settings = dict(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[], argv=[],
                     log_dir=str(tmp_path), grace_period=0.05)
     settings.update(changes)
     return Launch(**settings)  # type: ignore[arg-type]

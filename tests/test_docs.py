@@ -6,7 +6,8 @@
   ``README.md`` is ```` ```python ````/```` ```bash ```` (run), ```` ```text ```` (output), or marked
   ``<!-- not-run: reason -->``.
 * ``test_page_examples_run[page]``: a page's python and bash blocks run, in page order, in one fresh process with
-  its working directory a new temporary folder, CPU ranks and no MLflow tracking (a page may turn it on).
+  its working directory a new temporary folder, CPU ranks and no MLflow tracking (a page may turn it on); skipped
+  where a package the page requires (``<!-- requires: ... -->``) is not installed.
 
 The convention itself is in ``tests/docs_blocks.py``; the per-page runner in ``tests/docs_runner.py``.
 """
@@ -99,6 +100,8 @@ def test_blocks_follow_the_convention(page: Path) -> None:
 @pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
 def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     parsed = read_page(page)
+    for module in parsed.requires:
+        pytest.importorskip(module, reason=f"{_page_id(page)} needs {module}")
     work = tmp_path / "work"
     work.mkdir()
     spec = {
@@ -187,6 +190,12 @@ def test_marker_without_reason_is_reported(marker: str) -> None:
 def test_marker_at_the_end_of_a_page_is_reported() -> None:
     (problem,) = _problems("```text\nout\n```\n\n<!-- not-run: nothing follows -->\n")
     assert "line 5 is not followed by a fenced block" in problem
+
+
+def test_a_page_names_the_packages_it_requires() -> None:
+    page = parse_page("# T\n\n<!-- requires: transformers, accelerate -->\n\n```python\nimport transformers\n```\n")
+    assert page.problems == [] and page.requires == ["transformers", "accelerate"]
+    assert parse_page("```python\nx = 1\n```\n").requires == []
 
 
 def test_unclosed_block_is_reported() -> None:

@@ -33,6 +33,7 @@ SAMPLES: Dict[str, Any] = {
     "exit_codes": {0: -15, 1: 1},
     "remote_traceback": 'Traceback (most recent call last):\n  File "train.py", line 3\nValueError: boom\n',
     "log_dir": "/tmp/databricks-air-logs/call",
+    "problem": "must be a positive integer",
 }
 
 

@@ -38,6 +38,20 @@ def test_one_rank_per_visible_gpu_with_nccl() -> None:
     assert torch is None or not torch.cuda.is_initialized()
 
 
+def cuda_seeds() -> tuple:
+    import torch
+
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    return torch.initial_seed(), torch.cuda.initial_seed()  # the second initialises CUDA, which seeds it
+
+
+def test_cuda_generators_are_seeded_afresh_in_each_rank_of_each_call() -> None:
+    fn = distributed()(cuda_seeds)
+    found = fn.distributed() + fn.distributed()
+    seeds = [seed for pair in found for seed in pair]
+    assert len(set(seeds)) == len(seeds), found  # and CUDA's are not the CPU's, as in a new interpreter
+
+
 def test_a_subset_of_gpus_returns_real_values() -> None:
     if compute.attached_gpu_count() < 2:
         pytest.skip("needs two GPUs")

@@ -63,7 +63,7 @@ def run_one_rank(function: Callable[..., Any], tmp_path: Path) -> RankOutcome:
     launch = Launch(
         name=function.__name__, world_size=1, function=payload.serialize_function(function),
         arguments=payload.serialize_arguments(function, inspect.signature(function).bind()),
-        environ=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), log_dir=str(tmp_path),
+        environ=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), argv=[""], log_dir=str(tmp_path),
         timeout=120,
     )
     call = LocalCall(launch)

@@ -246,7 +246,7 @@ def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
 
     plan = engine.Launch(
         name="f", world_size=2, function=b"", arguments=b"", environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},
-        cwd=".", sys_path=[], log_dir=".",
+        cwd=".", sys_path=[], argv=[], log_dir=".",
     )
     call = LocalCall(plan)
     call.server = NoStoreServer()  # type: ignore[assignment]

@@ -36,11 +36,15 @@ import abc
 import dataclasses
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
+from databricks.air._engine import snapshot, stall_watch, stop_report
 from databricks.air._engine.failures import results_or_error
 from databricks.air._engine.outcome import RankOutcome, RankRecord
 from databricks.air._engine.output import RankOutput, make_outputs
+from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
+from databricks.air._engine.stop_report import StopReport
 from databricks.air._engine.supervision import StopReason, Supervisor
 
 if TYPE_CHECKING:
@@ -62,6 +66,8 @@ class Launch:
     """The caller's environment at call time (ranks on a Ray cluster get only its portable part)."""
     cwd: str
     sys_path: List[str]
+    argv: List[str]
+    """The caller's ``sys.argv``: every rank sees it as its own, as every worker of ``torchrun script.py ARGS`` does."""
     log_dir: str
     timeout: Optional[float] = None
     timeout_note: str = ""
@@ -70,14 +76,18 @@ class Launch:
     start_method: str = "fork"
     """``fork``: ranks forked from the torch-preloaded rank server; ``spawn``: a new interpreter per rank."""
     grace_period: float = 3.0
-    code_files: Dict[str, str] = dataclasses.field(default_factory=dict)
-    """Function name -> source file of code shipped by value, to mend rank tracebacks."""
     hints: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Text seen in the root cause's error or output -> advice added to the failure report."""
     remote: bool = False
     """Run the ranks on the connected Ray cluster instead of this machine."""
     accelerator_type: Optional["AcceleratorType"] = None
     """What each rank reserves on a Ray cluster (one GPU of that model, or one CPU); unused on this machine."""
+    snapshot_seconds: float = snapshot.DEFAULT_BUDGET
+    """The budget of the snapshot taken before the ranks are stopped (``0``: none is taken)."""
+    stall_seconds: float = stall_watch.DEFAULT_STALL_SECONDS
+    """How long ranks may wait in a collective that another rank has not reached before a warning (``0``: never)."""
+    on_report: Optional[Callable[[StopReport], None]] = None
+    """Called with each report written (a stall's, the stop's), to keep it elsewhere too (the MLflow run)."""
 
 
 class Call(abc.ABC):
@@ -93,6 +103,11 @@ class Call(abc.ABC):
         """The stopping rules at work, while :meth:`supervise` runs."""
         self.stop_reason: Optional[StopReason] = None
         """Why the ranks were stopped, once supervision is over (``None``: they all ended on their own)."""
+        self.stop_report: Optional[StopReport] = None
+        """Where the ranks were when stopping began (taken by :meth:`stop`), when a snapshot was taken."""
+        self._stalls = stall_watch.StallWatch(launch.stall_seconds)
+        self._stall_reports = 0
+        self._next_stall_check = time.monotonic() + stall_watch.check_interval(launch.stall_seconds)
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
 
@@ -121,6 +136,16 @@ class Call(abc.ABC):
     def drain(self) -> None:
         """Once every rank has ended: take in what is still on its way from them (output); by default, nothing."""
 
+    def snapshot(self, ranks: Sequence[RankOutcome], budget: float) -> Dict[int, RankSnapshot]:
+        """Where each of ``ranks`` is (stacks, collectives), within ``budget`` seconds, by rank; by default, nothing
+        is known."""
+        return {}
+
+    def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
+        """How far each of ``ranks`` got in its collectives (``None``: it did not answer), cheaply, for the stall
+        watch; by default, nothing is known."""
+        return {}
+
     # --- the same for every call -------------------------------------------------------------------------------------
 
     def running(self) -> List[RankOutcome]:
@@ -134,9 +159,11 @@ class Call(abc.ABC):
         outcome.status = status  # last: a rank counts as ended only once all of this is known
 
     def stop(self) -> None:
-        """Stop with grace: ask every running rank, and everything it started, to end (SIGTERM). The supervisor
-        kills what still runs after the grace period."""
+        """Stop with grace: look where the running ranks are (:attr:`stop_report`), then ask each, and everything
+        it started, to end (SIGTERM). The supervisor kills what still runs after the grace period; a second
+        interrupt during the look kills at once."""
         running = self.running()
+        self.stop_report = self._look(running, self._stop_reason_now())
         now = time.time()
         for outcome in running:
             outcome.stopped_at = now
@@ -174,8 +201,8 @@ class Call(abc.ABC):
             log_dir=launch.log_dir,
             timeout=launch.timeout,
             timeout_note=launch.timeout_note,
-            code_files=launch.code_files,
             hints=launch.hints,
+            stop_report=self.stop_report,
         )
 
     def run(self) -> List[Any]:
@@ -198,8 +225,64 @@ class Call(abc.ABC):
         for output in self.outputs.values():
             output.finish()
 
+    def _stop_reason_now(self) -> str:
+        reason = self.supervisor.stop_reason if self.supervisor is not None else None
+        return reason.value if reason is not None else "failure"
+
+    def _look(self, running: Sequence[RankOutcome], reason: str, folder: str = stop_report.SNAPSHOT_FOLDER
+              ) -> Optional[StopReport]:
+        """Snapshot ``running`` and report on every rank (written to the log folder); ``None`` when there is no
+        rank to look at, or snapshots are off."""
+        budget = self.launch.snapshot_seconds
+        if not running or budget <= 0:
+            return None
+        try:
+            snapshots = self.snapshot(running, budget)
+            if not snapshots:
+                return None  # this way of starting ranks cannot look at them
+            report = stop_report.build(reason, self.outcomes, snapshots, self.launch.log_dir, folder)
+        except Exception as error:  # noqa: BLE001 - a failed look must never keep the ranks from being stopped
+            print(f"databricks.air: could not take a snapshot of the ranks: {error!r}", file=sys.stderr, flush=True)
+            return None
+        if reason == StopReason.INTERRUPT.value:  # shown before KeyboardInterrupt propagates
+            print(report.text("databricks.air: interrupted. Where the ranks were:"), file=sys.stderr, flush=True)
+        self._keep(report)
+        return report
+
+    def _keep(self, report: StopReport) -> None:
+        if self.launch.on_report is not None and report.folder is not None:
+            try:
+                self.launch.on_report(report)
+            except Exception as error:  # noqa: BLE001 - keeping it elsewhere is a nicety
+                print(f"databricks.air: could not keep the snapshot: {error!r}", file=sys.stderr, flush=True)
+
+    def _watch_for_stalls(self) -> None:
+        """Now and then, ask the ranks how far they got; warn once per stall (the call goes on)."""
+        if not self._stalls.enabled or time.monotonic() < self._next_stall_check:
+            return
+        self._next_stall_check = time.monotonic() + stall_watch.check_interval(self.launch.stall_seconds)
+        running = self.running()
+        if len(running) < 1:
+            return
+        answers = self.collectives(running, timeout=1.0)
+        if not answers:
+            return  # this way of starting ranks cannot tell
+        positions = [
+            stall_watch.RankPosition(rank, ended=not outcome.running, groups=answers.get(rank))
+            for rank, outcome in sorted(self.outcomes.items())
+        ]
+        stall = self._stalls.observe(positions, time.time())
+        if stall is None:
+            return
+        self._stall_reports += 1
+        report = self._look(running, "stall", f"stall_{self._stall_reports}")
+        warning = f"databricks.air: warning: {self.launch.name} looks stalled: {stall.describe()}."
+        body = report.text("Where the ranks are (the call goes on):") if report is not None else ""
+        print(f"{warning}\n{body}".rstrip(), file=sys.stderr, flush=True)
+
     def _receive(self, seconds: float) -> None:
         self.poll(seconds)
+        self._watch_for_stalls()
         if self.supervisor is not None and any(
             not outcome.running and not outcome.succeeded for outcome in self.outcomes.values()
         ):

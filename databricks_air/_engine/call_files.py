@@ -3,9 +3,11 @@
 Unpickling runs code, so the directory is created readable by its owner only (mode 0700) and removed when the
 call ends. It holds:
 
-* ``launch.pkl``: how each rank sets itself up (environment, working directory, ``sys.path``);
+* ``launch.pkl``: how each rank sets itself up (environment, working directory, ``sys.path``, ``sys.argv``);
 * ``function.pkl`` and ``arguments.bin``: the payload;
-* ``result_<rank>.bin``: what each rank returned, or how it failed.
+* ``result_<rank>.bin``: what each rank returned, or how it failed;
+* ``stacks_<rank>.txt`` and ``probe_<rank>.sock``: where a rank writes its stacks on a signal, and the socket on
+  which it answers questions about where it is (:mod:`databricks.air._engine.rank_probe`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class RankSetup:
     """Per global rank: the variables that differ between ranks (``RANK``, ``LOCAL_RANK``...)."""
     cwd: str
     sys_path: List[str]
+    argv: List[str]
+    """The caller's ``sys.argv``."""
 
 
 class CallFiles:
@@ -57,6 +61,12 @@ class CallFiles:
 
     def result(self, rank: int) -> str:
         return os.path.join(self.path, f"result_{rank}.bin")
+
+    def stacks(self, rank: int) -> str:
+        return os.path.join(self.path, f"stacks_{rank}.txt")
+
+    def probe(self, rank: int) -> str:
+        return os.path.join(self.path, f"probe_{rank}.sock")
 
     def write_setup(self, setup: RankSetup) -> None:
         with open(self.setup, "wb") as stream:

@@ -7,14 +7,14 @@ output, and lists every rank's fate. The exception is an instance of the root-ca
 
 from __future__ import annotations
 
-import linecache
 import pickle
-import re
 import signal
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord
+from databricks.air._engine import likely_causes
+from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord, describe_status
 from databricks.air._engine.output import log_tail
+from databricks.air._engine.stop_report import StopReport
 from databricks.air._engine.supervision import StopReason
 from databricks.air.exceptions import (
     DistributedExecutionError,
@@ -23,19 +23,6 @@ from databricks.air.exceptions import (
     SerializationError,
     combine_with_rank_exception,
 )
-
-
-def describe_status(status: Optional[int]) -> str:
-    """``exit code 1``, ``killed by SIGKILL``..."""
-    if status is None:
-        return "still running"
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}"
-    return f"exit code {status}"
 
 
 def rank_exception(outcome: RankOutcome, world_size: int) -> BaseException:
@@ -86,29 +73,6 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
     return error if isinstance(error, BaseException) else None
 
 
-_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
-
-
-def restore_code_files(traceback_text: str, code_files: Mapping[str, str]) -> str:
-    """Put real file names (and source lines, where the caller has them) into a rank's traceback.
-
-    Functions shipped by value carry ``<dynamic-code>`` as their file; ``code_files`` maps function names back.
-    """
-    lines: List[str] = []
-    for line in traceback_text.splitlines():
-        match = _DYNAMIC_FRAME.match(line)
-        filename = code_files.get(match.group(3)) if match else None
-        if match is None or filename is None:
-            lines.append(line)
-            continue
-        indent, number, function = match.groups()
-        lines.append(f'{indent}File "{filename}", line {number}, in {function}')
-        source = linecache.getline(filename, int(number)).strip()
-        if source:
-            lines.append(f"{indent}  {source}")
-    return "\n".join(lines) + ("\n" if traceback_text.endswith("\n") else "")
-
-
 def results_or_error(
     outcomes: Iterable[RankOutcome],
     stop_reason: Optional[StopReason],
@@ -117,25 +81,31 @@ def results_or_error(
     log_dir: str,
     timeout: Optional[float] = None,
     timeout_note: str = "",
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
+    stop_report: Optional[StopReport] = None,
 ) -> List[Any]:
     """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
     interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
 
     ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
-    timeout message (how to change the limit); ``code_files`` and ``hints`` are :func:`build_error`'s.
+    timeout message (how to change the limit); ``hints`` are :func:`build_error`'s; ``stop_report`` says where the
+    ranks were when stopping began.
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, name, log_dir, code_files, hints)
+        raise build_error(ordered, name, log_dir, hints, stop_report)
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
-        raise LocalExecutionTimeoutError(
-            f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks "
-            f"were stopped. {timeout_note}Every rank's output is in {log_dir}"
-        )
+        sections = [f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks were "
+                    f"stopped. {timeout_note}".rstrip()]
+        if stop_report is not None:
+            sections.append(stop_report.text("Where the ranks were when the time was up:"))
+        causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in ordered}))
+        if causes:
+            sections.append(causes)
+        sections.append(f"Every rank's output is in {log_dir}")
+        raise LocalExecutionTimeoutError("\n\n".join(sections))
     return [o.value for o in ordered]
 
 
@@ -143,8 +113,8 @@ def build_error(
     outcomes: List[RankOutcome],
     name: str,
     log_dir: str,
-    code_files: Optional[Mapping[str, str]] = None,
     hints: Optional[Mapping[str, str]] = None,
+    stop_report: Optional[StopReport] = None,
 ) -> DistributedExecutionError:
     """The exception for a call in which at least one rank failed on its own."""
     world_size = len(outcomes)
@@ -155,8 +125,6 @@ def build_error(
     exit_codes = {o.rank: o.status for o in outcomes}
     record = root.record
     traceback_text = record.traceback if record is not None and root.kind is OutcomeKind.RAISED else None
-    if traceback_text:
-        traceback_text = restore_code_files(traceback_text, code_files or {})
 
     headline = _headline(root, original, world_size)
     sections = [f"{name}: {headline}"]
@@ -170,7 +138,13 @@ def build_error(
     )
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
+    causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
+    if causes:
+        sections.append(causes)
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
+    stopped = sorted(rank for rank in (stop_report.snapshots if stop_report is not None else {}) if rank not in failures)
+    if stop_report is not None and stopped:  # where the ranks the launcher stopped were (not those that failed too)
+        sections.append(stop_report.table(f"When rank {root.rank} failed, the other ranks were:", stopped))
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)
 

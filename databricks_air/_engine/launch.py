@@ -18,7 +18,7 @@ chosen here, and only here (:func:`call_class`): on this machine
 Example::
 
     launch = Launch(name="train", world_size=2, function=..., arguments=..., environ=dict(os.environ),
-                    cwd=os.getcwd(), sys_path=list(sys.path), log_dir=log_dir, timeout=600)
+                    cwd=os.getcwd(), sys_path=list(sys.path), argv=list(sys.argv), log_dir=log_dir, timeout=600)
     prewarm(launch.environ)          # optional: the rank server imports torch meanwhile
     values = run(launch)             # [value of rank 0, value of rank 1]
 """

@@ -23,13 +23,14 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from databricks.air import _variables
-from databricks.air._engine import rank_server_handle
+from databricks.air._engine import rank_server_handle, snapshot
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import RankOutcome, read_record
 from databricks.air._engine.processes import free_port, kill_group
-from databricks.air._engine.rank_environ import coordinates, job_environ
+from databricks.air._engine.rank_environ import coordinates, flight_recorder_environ, job_environ
 from databricks.air._engine.rank_server_handle import RankServerHandle
+from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 from databricks.air.exceptions import OutputCollectionError, RuntimeConfigurationError, WorkloadCreationError
 
 START_METHODS = ("fork", "spawn")
@@ -75,6 +76,7 @@ class LocalCall(Call):
                               for r in range(launch.world_size)],
                 cwd=launch.cwd,
                 sys_path=list(launch.sys_path),
+                argv=list(launch.argv),
             )
         )
         self.open_outputs(launch.world_size)
@@ -135,6 +137,7 @@ class LocalCall(Call):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))
         environ.update(job_environ())
+        environ.update(flight_recorder_environ(launch.environ, launch.log_dir))
         return environ
 
     # --- waiting -------------------------------------------------------------------------------------------------
@@ -191,6 +194,19 @@ class LocalCall(Call):
             for key, _ in self.selector.select(0.05):
                 if key.data != "server":
                     self._read_pipe(key.fd)
+
+    # --- looking at the ranks ------------------------------------------------------------------------------------
+
+    def snapshot(self, ranks: Sequence[RankOutcome], budget: float) -> Dict[int, RankSnapshot]:
+        return snapshot.take([self._target(outcome) for outcome in ranks], budget)
+
+    def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
+        return snapshot.ask_all_collectives([self._target(outcome) for outcome in ranks], timeout)
+
+    def _target(self, outcome: RankOutcome) -> snapshot.ProbeTarget:
+        assert self.files is not None
+        rank = outcome.rank
+        return snapshot.ProbeTarget(rank, outcome.pid, self.files.stacks(rank), self.files.probe(rank))
 
     # --- stopping and ending -------------------------------------------------------------------------------------
 

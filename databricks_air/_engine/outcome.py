@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import io
 import os
+import signal
 import time
 import traceback
 import types
@@ -192,3 +193,16 @@ class RankOutcome:
         if self.record is None or self.record.kind is OutcomeKind.RETURNED:
             return None
         return self.record.time
+
+
+def describe_status(status: Optional[int]) -> str:
+    """``exit code 1``, ``killed by SIGKILL``..."""
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}"
+    return f"exit code {status}"

@@ -2,8 +2,16 @@
 
 A rank is either forked from the rank server (which has torch imported but never touched CUDA) or, with
 ``DATABRICKS_AIR_START_METHOD=spawn``, a brand-new interpreter running ``python -m databricks.air._engine.rank``.
-Either way it reproduces the caller's environment, working directory and ``sys.path``, loads the function and its
-arguments, calls it, and writes what it returned (or how it failed), a
+Either way it starts as a worker of ``torchrun script.py ARGS`` would:
+
+* with the caller's environment (plus its torchrun variables), working directory, ``sys.path`` and ``sys.argv``;
+* with every random generator it inherited from the rank server drawn afresh, as a new interpreter's are
+  (:func:`reseed_inherited_generators`);
+* with the code that came by value from the caller's ``__main__`` keeping its file names and source, its names
+  defined in this ``__main__``, and picklable again by ``multiprocessing``
+  (:mod:`databricks.air._engine.by_value`).
+
+Then it loads the arguments, calls the function, and writes what it returned (or how it failed), a
 :class:`~databricks.air._engine.outcome.RankRecord`, to ``result_<rank>.bin``.
 
 Exit status: 0 after a returned value, 1 after a failure record. A rank that dies before writing its record is
@@ -26,24 +34,25 @@ from typing import Optional
 
 import cloudpickle
 
-from databricks.air._engine import rank_hooks
-from databricks.air._engine.call_files import CallFiles
+from databricks.air._engine import by_value, rank_hooks, rank_probe
+from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
 from databricks.air._engine.values import read_value_file, write_value_file
 
 
-def apply_setup(files: CallFiles, rank: int) -> None:
-    """Reproduce the caller's environment, working directory and ``sys.path`` in this process."""
-    setup = files.read_setup()
+def apply_setup(files: CallFiles, rank: int, setup: Optional[RankSetup] = None) -> None:
+    """Reproduce the caller's environment, working directory, ``sys.path`` and ``sys.argv`` in this process."""
+    setup = setup if setup is not None else files.read_setup()
     environ = dict(setup.environ)
     environ.update(setup.rank_environ[rank])
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:] = setup.sys_path
+    sys.argv[:] = setup.argv  # argparse, HfArgumentParser, LightningCLI parse what the caller was run with
     os.chdir(setup.cwd)
     _apply_thread_count()
-    _reseed_inherited_generators()
+    reseed_inherited_generators()
 
 
 def _apply_thread_count() -> None:
@@ -55,12 +64,23 @@ def _apply_thread_count() -> None:
         torch.set_num_threads(int(value))
 
 
-def _reseed_inherited_generators() -> None:
-    # Python's `random` reseeds itself after fork; numpy's global generator does not, and fresh interpreters
-    # would each start from their own entropy.
+def reseed_inherited_generators() -> None:
+    """Draw every global random generator this process inherited afresh, as a new interpreter draws them.
+
+    A new interpreter seeds Python's ``random`` and numpy's global generator from OS entropy when they are imported,
+    and torch's CPU generator from ``/dev/urandom`` when torch loads; each CUDA device's generator is seeded from
+    ``std::random_device`` when CUDA is initialised. A rank forked from the rank server inherits the server's
+    generators instead, the same in every rank of every call. Python's ``random`` reseeds itself after a fork; the
+    others are reseeded here. CUDA's generators do not exist before the rank initialises CUDA (the server never
+    does), so they are left to CUDA: ``torch.seed()`` would tie them to the CPU seed, which a new interpreter does
+    not. A function that seeds (``torch.manual_seed``...) does so after this, and keeps control.
+    """
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
 
 
 def _failure(kind: OutcomeKind, error: BaseException, message: Optional[str] = None) -> RankRecord:
@@ -80,6 +100,8 @@ def run_function(files: CallFiles, rank: int) -> int:
     try:
         with open(files.function, "rb") as stream:
             function = cloudpickle.load(stream)
+        by_value.define_in_main(function)  # pickle.dumps, torch.save find the caller's classes by name here too
+        by_value.pass_on_by_value()  # ...and processes this rank spawns get them by value
         args, kwargs = read_value_file(files.arguments)
         value = function(*args, **kwargs)
     except SystemExit as error:
@@ -125,13 +147,20 @@ def finish(status: int) -> None:
 def run(call_dir: str, rank: int) -> None:
     """Run one rank to completion and exit the process."""
     faulthandler.enable()
+    files = CallFiles(call_dir)
+    setup: Optional[RankSetup] = None
+    try:
+        setup = files.read_setup()
+        if rank_probe.wanted(setup.environ):  # from the start: unpickling the function may hang
+            rank_probe.install(files.stacks(rank), files.probe(rank))
+    except BaseException:  # noqa: BLE001 - reported below, where the setup is read again
+        setup = None
     # Before anything can import torch.distributed (unpickling the function may): a model that outlives
     # destroy_process_group() must not deadlock the rank when it is freed (see process_groups).
     keep_destroyed_groups()
-    files = CallFiles(call_dir)
     status = 1
     try:
-        apply_setup(files, rank)
+        apply_setup(files, rank, setup)
         rank_hooks.start()
         status = run_function(files, rank)
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception

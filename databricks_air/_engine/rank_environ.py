@@ -7,8 +7,9 @@ sets ``MASTER_ADDR`` and ``MASTER_PORT`` depends on where the ranks run, so the 
 
 from __future__ import annotations
 
+import os
 import secrets
-from typing import Dict
+from typing import Dict, Mapping, Optional
 
 
 def job_environ() -> Dict[str, str]:
@@ -22,6 +23,28 @@ def job_environ() -> Dict[str, str]:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
     }
+
+
+FLIGHT_RECORDER_PREFIX = "flight_recorder_rank_"
+"""torch appends the rank: ``flight_recorder_rank_0`` in the call's log folder."""
+
+
+def flight_recorder_environ(environ: Mapping[str, str], log_dir: Optional[str]) -> Dict[str, str]:
+    """torch's flight recorder on for every process group, dumping into the call's log folder on a watchdog timeout,
+    where the caller (``environ``) has not chosen otherwise under either of torch's names for a setting.
+
+    Every group then records its last collectives (the snapshot reads where each rank is from them), and when
+    NCCL's own watchdog fires before our timeout, its dump lands in ``<log_dir>/flight_recorder_rank_<r>``
+    (``log_dir=None``, for ranks on other machines: torch's default place on their node).
+    """
+    settings = {}
+    if not {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & environ.keys():
+        settings["TORCH_FR_BUFFER_SIZE"] = "2000"
+    if not {"TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_ON_TIMEOUT"} & environ.keys():
+        settings["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    if log_dir is not None and not {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} & environ.keys():
+        settings["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(log_dir, FLIGHT_RECORDER_PREFIX)
+    return settings
 
 
 def coordinates(

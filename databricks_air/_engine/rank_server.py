@@ -44,6 +44,11 @@ MAX_MESSAGE = 1 << 20
 _IDLE_SECONDS = 0.5
 MAX_FDS = 512
 
+READS_RANK_AT_IMPORT = ("lightning", "pytorch_lightning", "lightning_fabric", "torchmetrics")
+"""Packages known to read the rank variables (``RANK``, ``LOCAL_RANK``) once, when imported: Lightning's and
+torchmetrics' ``rank_zero_only.rank``. Imported by the server, where no rank exists yet, they would hold rank 0 in
+every rank; so they are never preloaded, and ranks import them themselves."""
+
 
 def send(sock: socket.socket, message: dict, fds: Optional[List[int]] = None) -> None:
     """Send one message (and file descriptors) over the control socket."""
@@ -72,8 +77,11 @@ def status_from_wait(wait_status: int) -> int:
 class RankServer:
     """The server's state: the control socket and the children it forked."""
 
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, fork_safe: bool = True) -> None:
         self.control = control
+        self.fork_safe = fork_safe
+        """False once a package of :data:`READS_RANK_AT_IMPORT` is loaded here: ranks then start as new
+        interpreters."""
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, None)
         self.children: Dict[int, int] = {}  # pidfd -> pid
@@ -102,6 +110,7 @@ class RankServer:
                         self._reap(key.fd)
                 if deferred and not self.children and (not ready or any(key.data is not None for key, _ in ready)):
                     _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
+                    self.fork_safe = self.fork_safe and not rank_readers_loaded()
                     deferred = []
         finally:
             self.kill_all()
@@ -226,7 +235,7 @@ class RankServer:
                         os.close(fd)
                 from databricks.air._engine import rank as rank_module  # preloaded: costs nothing here
 
-                if exec_fresh:
+                if exec_fresh or not self.fork_safe:
                     os.execv(sys.executable, python_command(rank_module.__name__, [call_dir, str(rank)]))
                 rank_module.run(call_dir, rank)
             finally:
@@ -277,15 +286,38 @@ def _host_store(report_fd: int, world_size: int, port: int, timeout: float) -> N
         signal.pause()
 
 
-def preload() -> List[str]:
+def preload() -> Tuple[List[str], bool]:
     """Import what every rank needs, so that forked ranks start warm. Never touches CUDA.
 
-    Returns what could not be imported; a rank that needs it imports it again and sees the real error.
+    Returns the problems (what could not be imported, and why: a rank that needs it imports it again and sees the
+    real error; what was not preloaded, and why), and whether ranks can be forked from this server: not once a
+    package that reads the rank at import (:data:`READS_RANK_AT_IMPORT`) came in with another one.
     """
     modules = ["cloudpickle", "databricks.air._engine.rank", "torch", "torch.distributed", "torch.nn"]
-    extra = os.environ.get(_variables.PRELOAD, "")
-    modules += [name.strip() for name in extra.split(",") if name.strip()]
-    return _import_all(modules)
+    problems = []
+    for name in os.environ.get(_variables.PRELOAD, "").split(","):
+        name = name.strip()
+        if name.partition(".")[0] in READS_RANK_AT_IMPORT:
+            problems.append(
+                f"not preloading {name}: it reads the rank (RANK, LOCAL_RANK) when imported, so every rank would "
+                "see rank 0; ranks import it themselves"
+            )
+        elif name:
+            modules.append(name)
+    problems += _import_all(modules)
+    loaded = rank_readers_loaded()
+    if loaded:
+        problems.append(
+            f"{_variables.PRELOAD} imported {', '.join(loaded)}, which read the rank (RANK, LOCAL_RANK) when "
+            "imported, so every rank would see rank 0: ranks start as new interpreters instead (slower). Remove "
+            f"what imports them from {_variables.PRELOAD}"
+        )
+    return problems, not loaded
+
+
+def rank_readers_loaded() -> List[str]:
+    """The packages of :data:`READS_RANK_AT_IMPORT` that this process has imported."""
+    return sorted(name for name in READS_RANK_AT_IMPORT if name in sys.modules)
 
 
 def deferred_preloads() -> List[str]:
@@ -312,8 +344,8 @@ def main() -> None:
     # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    problems = preload()
-    RankServer(control).serve(problems, deferred_preloads())
+    problems, fork_safe = preload()
+    RankServer(control, fork_safe).serve(problems, deferred_preloads())
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ class RankServerHandle:
         finally:
             server_end.close()
         self.ready = False
+        self.unsettled = False
+        """A request went unanswered: an answer may still come, so the server serves no other call."""
         self._backlog: List[dict] = []
         _live_handles.add(self)
 
@@ -94,7 +96,11 @@ class RankServerHandle:
             pass  # a dead server is reported by wait_ready
 
     def request(self, message: dict, fds: Optional[List[int]] = None) -> dict:
-        """Send a request and return its answer; exit notices that arrive first are kept for :meth:`events`."""
+        """Send a request and return its answer; exit notices that arrive first are kept for :meth:`events`.
+
+        A request that does not get its answer (an interrupt while waiting) leaves that answer on its way: the
+        handle is then :attr:`unsettled`, and the pool never lends it again (the next request would read it)."""
+        self.unsettled = True
         rank_server.send(self.socket, message, fds)
         while True:
             answer = self.receive()
@@ -103,6 +109,7 @@ class RankServerHandle:
             if answer["op"] == "exit":
                 self._backlog.append(answer)
                 continue
+            self.unsettled = False
             return answer
 
     def receive(self) -> Optional[dict]:
@@ -175,7 +182,7 @@ class _Pool:
         self.release(RankServerHandle(environ))
 
     def release(self, handle: RankServerHandle) -> None:
-        if not handle.alive() or handle.fingerprint[1] != os.getpid():
+        if handle.unsettled or not handle.alive() or handle.fingerprint[1] != os.getpid():
             handle.close()
             return
         with self._lock:

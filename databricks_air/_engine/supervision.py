@@ -97,7 +97,10 @@ class Supervisor:
                 if self.interrupted or self.stopping_since is not None:
                     self.kill()  # a second interrupt: no more grace
                 self.interrupted = True
-                self.stop()
+                try:
+                    self.stop()
+                except KeyboardInterrupt:  # a second one while stopping began (a look at the ranks): kill now
+                    self.kill()
 
     @property
     def stop_reason(self) -> Optional[StopReason]:

@@ -1,7 +1,8 @@
 """The file format of arguments and return values travelling between the caller and the ranks.
 
 Values are pickled with cloudpickle, so classes and functions defined in a notebook travel by value (and come back
-as the caller's own classes: cloudpickle tracks their identity). A value holding torch tensors is written with
+as the caller's own classes: cloudpickle tracks their identity), with their file names and source
+(:mod:`databricks.air._engine.by_value`). A value holding torch tensors is written with
 ``torch.save`` instead, which stores tensor bytes raw rather than copying them through the pickle stream; a value
 without tensors never makes the reader import torch.
 """
@@ -14,7 +15,7 @@ import pickle
 import sys
 from typing import Any, BinaryIO
 
-import cloudpickle
+from databricks.air._engine import by_value
 
 _PLAIN = b"AIR-PICKLE-1\n"
 _TORCH = b"AIR-TORCH-1\n"
@@ -24,8 +25,8 @@ class _HasTensorStorage(Exception):
     """Raised by the probe pickler on the first tensor storage it meets."""
 
 
-class _ProbePickler(cloudpickle.Pickler):
-    """A cloudpickle pickler that refuses tensor storages, so that such values go through ``torch.save``."""
+class _ProbePickler(by_value.Pickler):
+    """Our cloudpickle pickler that refuses tensor storages, so that such values go through ``torch.save``."""
 
     def persistent_id(self, obj: Any) -> None:
         torch = sys.modules.get("torch")
@@ -44,13 +45,13 @@ def dump_value(value: Any, stream: BinaryIO) -> None:
             import torch
 
             stream.write(_TORCH)
-            torch.save(value, stream, pickle_module=cloudpickle)
+            torch.save(value, stream, pickle_module=by_value)  # its Pickler
             return
         stream.write(_PLAIN)
         stream.write(buffer.getbuffer())
         return
     stream.write(_PLAIN)
-    cloudpickle.dump(value, stream, protocol=pickle.HIGHEST_PROTOCOL)
+    by_value.Pickler(stream).dump(value)
 
 
 def write_value_file(value: Any, path: str) -> None:

@@ -19,8 +19,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from databricks.air._engine import rank as rank_entry
+from databricks.air._engine import snapshot
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.processes import free_port, kill_group, python_command
+from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 
 _PIPE_DRAIN_SECONDS = 2.0
 
@@ -35,6 +37,7 @@ class RankHost:
         self._result: Optional[bytes] = None
         self._process: Optional[subprocess.Popen] = None
         self._files: Optional[CallFiles] = None
+        self._rank: Optional[int] = None
         self._readers: List[threading.Thread] = []
         # PR_SET_PDEATHSIG fires when the thread that started the child ends: the rank is started by a thread that
         # lives as long as this actor (an executor's threads never retire).
@@ -56,17 +59,23 @@ class RankHost:
 
     # --- the rank ----------------------------------------------------------------------------------------------------
 
-    def start(self, rank: int, world_size: int, environ: Dict[str, str], function: bytes, arguments: bytes) -> int:
-        """Write the call files on this node and start the rank; returns its process id."""
+    def start(
+        self, rank: int, world_size: int, environ: Dict[str, str], function: bytes, arguments: bytes, argv: List[str]
+    ) -> int:
+        """Write the call files on this node and start the rank (``argv``: the caller's ``sys.argv``); returns its
+        process id."""
         files = CallFiles.create()
         self._files = files
+        self._rank = rank
         files.write_bytes(files.function, function)
         files.write_bytes(files.arguments, arguments)
         rank_environ: List[Dict[str, str]] = [{} for _ in range(world_size)]  # `environ` has this rank's own
         full_environ = {**os.environ, **environ}
         # The working directory is Ray's copy of the caller's (runtime_env working_dir), already on sys.path.
         files.write_setup(
-            RankSetup(environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path))
+            RankSetup(
+                environ=full_environ, rank_environ=rank_environ, cwd=os.getcwd(), sys_path=list(sys.path), argv=argv
+            )
         )
         # The rank asks to die with this actor before it imports anything (and exits if the actor died first).
         command = python_command(rank_entry.__name__, [files.path, str(rank)], parent_pid=os.getpid())
@@ -96,6 +105,22 @@ class RankHost:
             self._lock.wait_for(lambda: self._output or self._status is not None, timeout=wait)
             output, self._output = self._output, []
             return {"output": output, "status": self._status, "result": self._result}
+
+    def snapshot(self, budget: float) -> Optional[RankSnapshot]:
+        """Where the rank is (stacks, collectives), taken on this node within ``budget`` seconds."""
+        target = self._target()
+        return None if target is None else snapshot.take_rank(target, time.monotonic() + budget)
+
+    def collectives(self, timeout: float) -> Optional[List[GroupPosition]]:
+        """How far the rank got in its collectives (``None``: it did not answer)."""
+        target = self._target()
+        return None if target is None else snapshot.ask_collectives(target, timeout)
+
+    def _target(self) -> Optional[snapshot.ProbeTarget]:
+        if self._process is None or self._files is None or self._rank is None:
+            return None
+        files, rank = self._files, self._rank
+        return snapshot.ProbeTarget(rank, self._process.pid, files.stacks(rank), files.probe(rank))
 
     def stop(self, sig: int) -> None:
         """Signal the rank's whole session (the rank and every process it started)."""

@@ -12,7 +12,8 @@ hosts, and on closing kills the actors and removes the placement group, so nothi
 
 Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
 variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
-switches): not the caller's whole environment, whose paths mean nothing on another machine.
+switches, accelerate's settings with ``ACCELERATE_USE_CPU`` for CPU ranks): not the caller's whole environment,
+whose paths mean nothing on another machine.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from databricks.air import _variables
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.outcome import RankOutcome, RankRecord, read_record
-from databricks.air._engine.rank_environ import job_environ
+from databricks.air._engine.rank_environ import flight_recorder_environ, job_environ
+from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 from databricks.air._ray import placement, session
 from databricks.air._ray.rank_host import RankHost
 from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
@@ -34,7 +36,7 @@ from databricks.air._ray.request import RankRequest
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
 
-FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_")
+FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_", "ACCELERATE_")
 _POLL_SECONDS = 0.5
 _NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
 _CLOSE_SECONDS = 5.0
@@ -110,7 +112,7 @@ class RayCall(Call):
             num_cpus=bundle.get("CPU", 0),
             num_gpus=bundle.get("GPU", 0),
             resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
-            max_concurrency=2,  # a stop must not wait behind a poll
+            max_concurrency=3,  # a stop, or a look at the rank (a snapshot), must not wait behind a poll
             # Merged into the job's runtime_env; the caller has shown the Beta notice already.
             runtime_env={"env_vars": {_variables.BETA_NOTICE_SHOWN: "1"}},
         )
@@ -124,7 +126,8 @@ class RayCall(Call):
         launch = self.launch
         master = self.hosts[self.places[0].bundle]
         (master_port,) = self._get_all([master.free_port.remote()], deadline, "pick a port for MASTER_PORT")
-        common = {**forwarded_environ(launch.environ, launch.cwd), **job_environ()}
+        forwarded = forwarded_environ(launch.environ, launch.cwd)
+        common = {**forwarded, **job_environ(), **flight_recorder_environ(forwarded, None)}
         function, arguments = self.ray.put(launch.function), self.ray.put(launch.arguments)
         self.open_outputs(len(self.places))
         starts = [
@@ -134,6 +137,7 @@ class RayCall(Call):
                 {**common, **rank_environ(self.places, place.rank, master_port)},
                 function,
                 arguments,
+                launch.argv,
             )
             for place in self.places
         ]
@@ -206,6 +210,41 @@ class RayCall(Call):
 
     def _host(self, rank: int) -> Any:
         return self.hosts[self.places[rank].bundle]
+
+    # --- looking at the ranks ------------------------------------------------------------------------------------
+
+    def snapshot(self, ranks: Sequence[RankOutcome], budget: float) -> Dict[int, RankSnapshot]:
+        """Each rank's snapshot, taken by its host on the rank's node, all at once."""
+        asked = {outcome.rank: self._host(outcome.rank).snapshot.remote(budget) for outcome in ranks}
+        answers = self._answers(asked, budget + 1.0)
+        taken: Dict[int, RankSnapshot] = {}
+        for outcome in ranks:
+            answer = answers.get(outcome.rank)
+            if isinstance(answer, RankSnapshot):
+                taken[outcome.rank] = answer
+            else:
+                reason = answer if isinstance(answer, str) else "its host on the node did not answer in time"
+                taken[outcome.rank] = RankSnapshot(outcome.rank, outcome.pid, time.time(), sources={"snapshot": reason})
+        return taken
+
+    def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
+        asked = {outcome.rank: self._host(outcome.rank).collectives.remote(timeout) for outcome in ranks}
+        answers = self._answers(asked, timeout + 1.0)
+        return {rank: answer if isinstance(answer, list) else None for rank, answer in answers.items()}
+
+    def _answers(self, asked: Dict[int, Any], seconds: float) -> Dict[int, Any]:
+        """What each rank's host answered within ``seconds`` (a failed host answers with the reason, in words)."""
+        ready, _ = self.ray.wait(list(asked.values()), num_returns=len(asked), timeout=seconds)
+        done = set(ready)
+        answers: Dict[int, Any] = {}
+        for rank, ref in asked.items():
+            if ref not in done:
+                continue
+            try:
+                answers[rank] = self.ray.get(ref)
+            except self.ray.exceptions.RayError as error:
+                answers[rank] = f"its host failed: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
+        return answers
 
     # --- stopping and ending -------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import time
 from array import array
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
+from databricks.air.data.control import ensure_zeroed
 from databricks.air.data.errors import DataFileError, DataFilePermissionError, DataFileVanishedError
 from databricks.air.data.filesystem import VolumeFileSystem
 from databricks.air.data.retry import RetryPolicy, call_with_retries
@@ -75,9 +76,7 @@ class FileCache:
         self._files_prefix = self.files_dir + os.sep
         self.lock_path = os.path.join(directory, "cache.lock")
         os.makedirs(self.files_dir, exist_ok=True)
-        if not os.path.exists(self.lock_path):
-            with open(self.lock_path, "wb") as stream:
-                stream.write(bytes(_LOCK_FILE_BYTES))
+        ensure_zeroed(self.lock_path, _LOCK_FILE_BYTES)  # every worker does this: one may be creating it now
         self.limit_bytes = limit_bytes
         self.min_free_bytes = default_min_free_bytes(self.files_dir) if min_free_bytes is None else min_free_bytes
         self.filesystem = filesystem

@@ -19,6 +19,20 @@ _FIELDS = ("pass_id", "epoch", "start", "released")
 _SIZE = 8 * len(_FIELDS)
 
 
+def ensure_zeroed(path: str, size: int) -> None:
+    """Make ``path`` at least ``size`` bytes long, zeros where it was shorter, without losing what is there.
+
+    Safe when several processes do it at once: a file created empty by one and mapped by another before the first
+    wrote its bytes would fail to map, while extending with ``ftruncate`` never shortens or overwrites.
+    """
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(descriptor).st_size < size:
+            os.ftruncate(descriptor, size)
+    finally:
+        os.close(descriptor)
+
+
 class Control:
     """Shared counters. ``Control(path)`` maps a file; ``Control()`` keeps them in this process only."""
 
@@ -26,9 +40,8 @@ class Control:
         self.path = path
         self._view: Any = None
         self._pid = -1
-        if path is not None and not os.path.exists(path):
-            with open(path, "wb") as stream:
-                stream.write(bytes(_SIZE))
+        if path is not None:
+            ensure_zeroed(path, _SIZE)
 
     def _values(self) -> Any:
         if self._view is None or (self.path is not None and self._pid != os.getpid()):

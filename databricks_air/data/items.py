@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Collection, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from databricks.air.data.cache import FileCache
-from databricks.air.data.control import Control
+from databricks.air.data.cursor import Pass
 from databricks.air.data.errors import DataFileError
 from databricks.air.data.fetching import fetch_in_order
 from databricks.air.data.listing import Listing
@@ -18,18 +18,17 @@ from databricks.air.data.listing import Listing
 Pins = Callable[[], Optional[Collection[str]]]
 
 
-def in_flight(
-    listing: Listing, share: Sequence[int], control: Optional[Control], pass_id: int, start: int, window: int
-) -> Pins:
+def in_flight(listing: Listing, share: Sequence[int], current: Pass, window: int) -> Pins:
     """Which files eviction must keep now: those from the consumer's position on, ``window`` positions deep.
 
     Without a control block (a plain torch DataLoader's worker) nobody says what was consumed, so the whole rest
     of the pass is kept; once the main process has started another pass, this one's worker evicts nothing.
     """
+    control, pass_id = current.control, current.pass_id
 
     def pins() -> Optional[Set[str]]:
         if control is None:
-            return {listing.files[i] for i in share[start:]}
+            return {listing.files[i] for i in share[current.start:]}
         if control.get("pass_id") != pass_id:
             return None
         first = max(control.get("released"), 0)
@@ -50,8 +49,8 @@ def pass_items(
     skip_errors: bool,
     on_skip: Callable[[int, BaseException], None],
     on_next: Optional[Callable[[int], None]] = None,
-) -> Iterator[Tuple[int, str]]:
-    """Yield ``(position, local path)`` for each of ``positions`` (indices into ``share``), in order.
+) -> Iterator[str]:
+    """Yield the local path for each of ``positions`` (indices into ``share``), in order.
 
     ``on_next(position)`` is called before each item is handed out (direct iteration: the previous one has been
     used); ``on_skip(listing index, error)`` for each file given up under ``skip_errors``.
@@ -75,11 +74,11 @@ def pass_items(
 
 def _in_place(
     positions: Iterable[int], share: Sequence[int], listing: Listing, on_next: Optional[Callable[[int], None]]
-) -> Iterator[Tuple[int, str]]:
+) -> Iterator[str]:
     for position in positions:
         if on_next is not None:
             on_next(position)
-        yield position, listing.path(share[position])
+        yield listing.path(share[position])
 
 
 def _through_local_cache(
@@ -88,13 +87,13 @@ def _through_local_cache(
     hit: Callable[[int], Optional[str]],
     fetch: Callable[[int], str],
     on_next: Optional[Callable[[int], None]],
-) -> Iterator[Tuple[int, str]]:
+) -> Iterator[str]:
     """The common case of a warm epoch, in one loop: a cache hit costs one ``stat`` call and little else."""
     for position in positions:
         if on_next is not None:
             on_next(position)
         path = hit(share[position])
-        yield position, fetch(position) if path is None else path
+        yield fetch(position) if path is None else path
 
 
 def _answers_here(
@@ -122,7 +121,7 @@ def _skipping(
     on_skip: Callable[[int, BaseException], None],
     on_next: Optional[Callable[[int], None]],
     skip_errors: bool,
-) -> Iterator[Tuple[int, str]]:
+) -> Iterator[str]:
     """Hand out fetched paths in order; under ``skip_errors``, a file that failed gives its slot to the last file
     read before it (to the next one read when none was)."""
     substitute: Optional[str] = None
@@ -139,10 +138,10 @@ def _skipping(
                 continue
             result = substitute
         substitute = result
-        for earlier in waiting:
-            yield earlier, result
+        for _ in waiting:
+            yield result
         waiting.clear()
-        yield position, result
+        yield result
     if waiting:
         first = listing.path(share[waiting[0]])
         raise DataFileError(

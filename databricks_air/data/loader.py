@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, Optional
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from databricks.air.data.dataset import LoaderSettings, UCVolumeDataset, _Pass
+from databricks.air.data.cursor import EpochCursor, Pass
+from databricks.air.data.dataset import Batching, UCVolumeDataset
 from databricks.air.data.envelope import Envelope, EnvelopingCollate, RestoringWorkerInit
 from databricks.air.data.errors import StateMismatchError
 from databricks.air.data.in_process import InProcessBatches
@@ -88,10 +89,11 @@ class DataLoader(torch.utils.data.DataLoader):
         self._metrics_choice = metrics
         self._timer: Optional[BatchTimer] = None
         super().__init__(**arguments)
+        self._cursor: Optional[EpochCursor] = None  # the volume dataset's position, which this loader moves
         if self._volume is not None:
-            self._volume._attach_loader(
-                LoaderSettings(
-                    batch_size=self.batch_size or 1,
+            self._cursor = self._volume._attach_loader(
+                Batching(
+                    batch_size=self.batch_size or 1,  # unbatched: every item is a batch of one
                     drop_last=bool(self.drop_last),
                     num_workers=self.num_workers,
                     prefetch_factor=self.prefetch_factor or 0,
@@ -99,16 +101,19 @@ class DataLoader(torch.utils.data.DataLoader):
             )
 
     def __iter__(self) -> Iterator[Any]:
-        current = None
-        if self._volume is None:
-            return _Delivery(self, super().__iter__(), current)
-        current = self._volume._begin_pass(workers=self.num_workers)
-        self._volume._managed_next = self.num_workers == 0
+        volume = self._volume
+        if volume is None:
+            return _Delivery(self, super().__iter__(), None, None)
+        cursor = self._cursor
+        current = volume._begin_pass(workers=self.num_workers)
+        if self.num_workers == 0:
+            cursor.serve(current)  # iter(dataset) below, or in a subclass's __iter__, reads it
         try:
             inner = InProcessBatches(self) if InProcessBatches.serves(self) else super().__iter__()
-        finally:
-            self._volume._managed_next = False
-        return _Delivery(self, inner, current)
+        except BaseException:
+            cursor.take_served()  # never read: the next direct iteration begins its own pass
+            raise
+        return _Delivery(self, inner, cursor, current)
 
     @property
     def epoch(self) -> int:
@@ -189,8 +194,8 @@ class DataLoader(torch.utils.data.DataLoader):
     # -- called by the delivery iterator ----------------------------------------------------------------------
 
     def _receive(self, envelope: Envelope) -> Any:
-        if self._volume is not None and envelope.skipped:
-            self._volume._skipped.extend(envelope.skipped)
+        if self._cursor is not None and envelope.skipped:
+            self._cursor.skip(*envelope.skipped)
             _log.warning(
                 "DataLoader: worker %d could not read %s and filled the slot(s) with another file (on_error='skip'; "
                 "recorded in state_dict()['skipped'])", envelope.worker_id, ", ".join(envelope.skipped),
@@ -211,14 +216,14 @@ class DataLoader(torch.utils.data.DataLoader):
 class _Delivery:
     """The iterator handed to the training loop: counts what it receives and releases what it has used."""
 
-    def __init__(self, loader: DataLoader, inner: Iterator[Any], current: Optional[_Pass]) -> None:
+    def __init__(
+        self, loader: DataLoader, inner: Iterator[Any], cursor: Optional[EpochCursor], current: Optional[Pass]
+    ) -> None:
         self._loader = loader
         self._inner = inner
+        self._cursor = cursor
         self._pass = current
-        self._volume = loader._volume
-        self._generation = self._volume._generation if self._volume is not None else 0
         self._timer = loader._batch_timer()
-        self._items_per_batch = loader.batch_size or 1
 
     def __iter__(self) -> "_Delivery":
         return self
@@ -227,27 +232,27 @@ class _Delivery:
         return len(self._inner)  # type: ignore[arg-type]
 
     def __next__(self) -> Any:
-        volume = self._volume
-        if volume is not None:
-            if volume._generation != self._generation:
+        cursor, current = self._cursor, self._pass
+        if cursor is not None:
+            if not cursor.holds(current):
                 raise RuntimeError(
                     "the DataLoader's position changed (load_state_dict or set_epoch) while this iteration was "
                     "running; start a new one with iter(loader) (a for loop does)"
                 )
             # Asking for the next batch means the previous one has been used: its files may now be evicted.
-            volume._control.set(released=volume._delivered)
+            cursor.release(current)
         started = self._timer.started()
         try:
             batch = next(self._inner)
         except StopIteration:
-            if volume is not None and self._pass is not None and volume._generation == self._generation:
-                volume._end_pass(self._pass)
+            if cursor is not None:
+                cursor.end(current)
             self._timer.pass_ended()
             raise
         if isinstance(batch, Envelope):
             batch = self._loader._receive(batch)
-        if volume is not None and self._pass is not None:
-            volume._delivered = min(volume._delivered + self._items_per_batch, self._pass.share)
+        if cursor is not None:
+            cursor.advance(current, current.layout.batch_size)
         self._timer.delivered(started)
         return batch
 

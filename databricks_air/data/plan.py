@@ -14,13 +14,15 @@ without talking to the others:
    length yields the same number of batches.
 
 A pass can start part-way into the share (a resumed epoch): its remaining positions are dealt to workers the same
-way, from the first remaining batch.
+way, from the first remaining batch. :class:`Layout` holds what steps 2 and 3 depend on besides the epoch, for one
+rank: its share's length and the batch rule.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from itertools import chain
 from typing import Iterator, List, Sequence
 
@@ -96,3 +98,38 @@ def pass_complete(share: int, delivered: int, batch_size: int, drop_last: bool) 
     """True when nothing more would be delivered from position ``delivered`` (an epoch edge)."""
     remaining = share - delivered
     return remaining <= 0 or (drop_last and remaining < batch_size)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one rank's epochs are cut: the same in every epoch while the rank's place and the batching stay.
+
+    Example::
+
+        layout = Layout.of(count=10, rank=1, world_size=4, equalize="pad", batch_size=2, drop_last=False)
+        layout.share                # 3 files per epoch
+        layout.batches(start=0)     # 2 batches: positions [0, 1] and [2]
+    """
+
+    rank: int
+    world_size: int
+    share: int  # files the rank yields per epoch
+    batch_size: int
+    drop_last: bool
+
+    @classmethod
+    def of(cls, count: int, rank: int, world_size: int, equalize: str, batch_size: int, drop_last: bool) -> "Layout":
+        """The layout of rank ``rank`` of ``world_size`` over a listing of ``count`` files."""
+        return cls(rank, world_size, share_length(count, world_size, rank, equalize), batch_size, drop_last)
+
+    def batches(self, start: int) -> int:
+        """How many batches a pass that starts at position ``start`` delivers."""
+        return pass_batches(self.share, start, self.batch_size, self.drop_last)
+
+    def positions(self, start: int, num_workers: int, worker_id: int) -> Iterator[int]:
+        """The positions worker ``worker_id`` of ``num_workers`` yields in a pass that starts at ``start``."""
+        return worker_positions(self.share, start, self.batch_size, self.drop_last, num_workers, worker_id)
+
+    def complete(self, delivered: int) -> bool:
+        """True when a pass would deliver nothing more after ``delivered`` positions (an epoch edge)."""
+        return pass_complete(self.share, delivered, self.batch_size, self.drop_last)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from torch.utils.data import get_worker_info
+
 from databricks.air.data.errors import RankMismatchError
 
 
@@ -36,6 +38,44 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, i
             "iterating (or taking len()), or pass rank= and world_size= to UCVolumeDataset."
         )
     return 0, 1, False
+
+
+class DatasetRank:
+    """The rank a dataset reads for, and of how many: explicit, else the process group's, once it is known.
+
+    The last one seen is remembered, for a spawned DataLoader worker (which has no process group) and for a
+    process whose group was destroyed after training.
+    """
+
+    def __init__(self, rank: Optional[int], world_size: Optional[int]) -> None:
+        self._explicit = (rank, world_size) if rank is not None else None
+        self._known = self._explicit or _grouped()
+
+    def for_pass(self) -> Tuple[int, int, bool]:
+        """``(rank, world_size, from_process_group)`` for a pass about to begin: :func:`resolve_rank`'s answer."""
+        rank, world, from_group = resolve_rank(*(self._explicit or (None, None)))
+        self._known = (rank, world)
+        return rank, world, from_group
+
+    def now(self) -> Tuple[int, int]:
+        """``(rank, world_size)`` as best known now, for ``len()``, a saved state, or a worker's pass."""
+        if self._explicit is not None:
+            return self._explicit
+        if get_worker_info() is not None and self._known is not None:
+            return self._known  # set by the main process; a spawned worker has no process group
+        grouped = _grouped()
+        if grouped is not None:
+            self._known = grouped
+            return grouped
+        if self._known is not None:
+            return self._known  # the process group is gone (destroyed after training): the last one seen
+        rank, world, _ = resolve_rank(None, None)
+        return rank, world
+
+
+def _grouped() -> Optional[Tuple[int, int]]:
+    dist = process_group()
+    return (dist.get_rank(), dist.get_world_size()) if dist is not None else None
 
 
 def check_agreement(facts: Dict[str, Any], root: str) -> None:

@@ -5,6 +5,7 @@ Exit statuses: 2 for a bad workload file or bad arguments (what the user typed o
 
 from __future__ import annotations
 
+from databricks.air._rebuildable import RebuildableError
 from databricks.air.exceptions import ServerlessGpuCustomerError
 
 
@@ -24,7 +25,7 @@ class InvalidArguments(WorkloadError):
     exit_status = 2
 
 
-class WorkloadFileError(InvalidArguments):
+class WorkloadFileError(RebuildableError, InvalidArguments):
     """The workload file is unreadable or breaks a rule of the schema: ``path: message``.
 
     Attributes:
@@ -32,7 +33,7 @@ class WorkloadFileError(InvalidArguments):
         problem: what is wrong there, and what to do.
     """
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, problem: str, *, path: str = "") -> None:
         super().__init__(f"{path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem

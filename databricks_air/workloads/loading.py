@@ -72,25 +72,25 @@ def read_document(path: str) -> Any:
     try:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
-            raise WorkloadFileError(shown, f"is {size} bytes; a workload file may be at most 1 MiB")
+            raise WorkloadFileError(path=shown, problem=f"is {size} bytes; a workload file may be at most 1 MiB")
         with open(path, "rb") as stream:
             data = stream.read()
     except FileNotFoundError:
-        raise WorkloadFileError(shown, "no such file") from None
+        raise WorkloadFileError(path=shown, problem="no such file") from None
     except IsADirectoryError:
-        raise WorkloadFileError(shown, "is a directory, not a workload file") from None
+        raise WorkloadFileError(path=shown, problem="is a directory, not a workload file") from None
     except OSError as error:
-        raise WorkloadFileError(shown, f"cannot be read: {error.strerror or error}") from None
+        raise WorkloadFileError(path=shown, problem=f"cannot be read: {error.strerror or error}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise WorkloadFileError(shown, f"is not UTF-8 text (byte {error.start})") from None
+        raise WorkloadFileError(path=shown, problem=f"is not UTF-8 text (byte {error.start})") from None
     if not text.strip():
-        raise WorkloadFileError(shown, "is empty: a workload needs at least experiment_name, compute and command")
+        raise WorkloadFileError(path=shown, problem="is empty: a workload needs at least experiment_name, compute and command")
     try:
         return yaml_values.load(text)
     except yaml.YAMLError as error:
-        raise WorkloadFileError(shown, f"is not valid YAML: {_first_line(error)}") from None
+        raise WorkloadFileError(path=shown, problem=f"is not valid YAML: {_first_line(error)}") from None
 
 
 def load(path: str, overrides: Sequence[str] = ()) -> Tuple[Workload, List[str]]:
@@ -100,7 +100,7 @@ def load(path: str, overrides: Sequence[str] = ()) -> Tuple[Workload, List[str]]
     notes: List[str] = []
     if parsed:
         if not isinstance(document, dict):
-            raise WorkloadFileError(path, "must hold a mapping of fields (experiment_name, compute, command, ...)")
+            raise WorkloadFileError(path=path, problem="must hold a mapping of fields (experiment_name, compute, command, ...)")
         notes += apply_overrides(document, parsed)
     workload, spellings = schema.validate(document, os.path.dirname(os.path.abspath(path)))
     return workload, notes + spellings

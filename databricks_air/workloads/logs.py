@@ -18,6 +18,8 @@ from typing import Iterator, List, Optional, Tuple
 from databricks.air import log_patterns
 from databricks.air.workloads.errors import InvalidArguments
 from databricks.air.workloads.node_output import read_times
+from databricks.air.workloads import statuses
+from databricks.air.workloads.run_state import RunState
 from databricks.air.workloads.runs import Run, load_run
 
 DEFAULT_TAIL = 10_000
@@ -227,18 +229,20 @@ def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional
     current = attempt if pinned else choose_attempt(run, -1)
     offset = _start(run, current, node, tail, minutes) if os.path.exists(run.folder.node_log(current, node)) else 0
     reader = _NodeReader(run, current, node, offset)
-    status = run.state.status
-    yield LogEvent("STATUS", time.time(), node, current, status=status)
+    shown = status_path(run.state)
+    yield LogEvent("STATUS", time.time(), node, current, status=shown[-1])
     while True:
         state = load_run(run.folder).state
         ended = state.terminal or (pinned and len(state.attempts) > current + 1) or (
             pinned and state.attempts and state.attempts[current].get("ended_at") is not None)
         yield from reader.read(final=ended or (not pinned and len(state.attempts) > current + 1),
                                whole_lines=whole_lines)
-        if state.status != status:
-            yield LogEvent("STATUS", time.time(), node, current, status=state.status, previous_status=status,
-                           message=state.message)
-            status = state.status
+        path = status_path(state)
+        for index in range(len(shown), len(path)):
+            # A poll may come after several changes (a retry that failed within one poll): each is reported.
+            yield LogEvent("STATUS", time.time(), node, current, status=path[index], previous_status=path[index - 1],
+                           message=state.message if index == len(path) - 1 else None)
+        shown = path
         if ended:
             return
         if not pinned and len(state.attempts) > current + 1:
@@ -246,6 +250,19 @@ def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional
             reader = _NodeReader(run, current, node, 0)
             continue
         time.sleep(poll)
+
+
+def status_path(state: RunState) -> List[str]:
+    """Every status the run has had, in order, as its attempts record them: ``PENDING``, then ``RUNNING`` for each
+    attempt with ``WAITING_FOR_RETRY`` between two, then where it is now. Each path extends the one before."""
+    path = [statuses.PENDING]
+    for number in range(len(state.attempts)):
+        if number:
+            path.append(statuses.WAITING_FOR_RETRY)
+        path.append(statuses.RUNNING)
+    if state.status != path[-1]:
+        path.append(state.status)
+    return path
 
 
 def download(run: Run, attempt: int, nodes: List[int], folder: str) -> List[str]:

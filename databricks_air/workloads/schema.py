@@ -170,10 +170,10 @@ def find(path: Sequence[str]) -> Field:
         if field.free_form:
             return field
         if field.kind not in (OBJECT,):
-            raise WorkloadFileError(where, f"{'.'.join(path[:depth])} is a {field.kind} and has no sub-fields")
+            raise WorkloadFileError(path=where, problem=f"{'.'.join(path[:depth])} is a {field.kind} and has no sub-fields")
         child = field.child(name)
         if child is None:
-            raise WorkloadFileError(where, _unknown(name, field))
+            raise WorkloadFileError(path=where, problem=_unknown(name, field))
         field = child
     return field
 
@@ -196,7 +196,7 @@ class _Checker:
         self.notes: List[str] = []
 
     def fail(self, path: str, message: str) -> None:
-        raise WorkloadFileError(path, message)
+        raise WorkloadFileError(path=path, problem=message)
 
     def keys(self, value: Any, field: Field, path: str) -> Dict[str, Any]:
         """``value`` as a mapping of known keys (unknown ones rejected), its required keys present."""

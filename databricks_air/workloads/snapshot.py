@@ -52,7 +52,7 @@ def _copy_tree(root: str, destination: str, include: Optional[Sequence[str]], fi
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(source, target, follow_symlinks=False)
         else:
-            raise WorkloadFileError(f"{field}.include_paths", f"{entry!r} does not exist under {root}")
+            raise WorkloadFileError(path=f"{field}.include_paths", problem=f"{entry!r} does not exist under {root}")
 
 
 def _rules_down_to(root: str, relative: str, rules: IgnoreRules, prefix: str) -> IgnoreRules:
@@ -117,8 +117,8 @@ def _git(folder: str, arguments: Sequence[str], path: str, failure: str, binary:
     try:
         done = subprocess.run(["git", "-C", folder, *arguments], capture_output=True, timeout=300)
     except FileNotFoundError:
-        raise WorkloadFileError(path, "needs git, which is not installed") from None
+        raise WorkloadFileError(path=path, problem="needs git, which is not installed") from None
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip().splitlines()
-        raise WorkloadFileError(path, failure + (f" ({detail[-1]})" if detail else ""))
+        raise WorkloadFileError(path=path, problem=failure + (f" ({detail[-1]})" if detail else ""))
     return done.stdout if binary else done.stdout.decode()

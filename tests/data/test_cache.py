@@ -20,7 +20,7 @@ from databricks.air.data import DataLoader, UCVolumeDataset
 from databricks.air.data.cache import FileCache
 from databricks.air.data.workspace import Workspace, reclaim_abandoned
 
-from .conftest import RemoteFileSystem
+from .conftest import RemoteFileSystem, file_cache, volume_of
 
 SIZE = 1024
 
@@ -173,11 +173,11 @@ def test_e4_a_failed_copy_leaves_nothing_at_the_final_path(files: Callable[..., 
     dataset = UCVolumeDataset(folder, filesystem=DiesHalfway())
     with pytest.raises(PermissionError):
         list(dataset)
-    files_dir = Path(dataset._workspace.path) / "files"
+    files_dir = Path(dataset._storage.workspace.path) / "files"
     # The error comes from the first failed copy; copies of other files already in flight on I/O threads fail and
     # clean up on their own threads, so their temporaries may outlive the raise by a moment.
     assert wait_until(lambda: list(files_dir.rglob("*")) == [], timeout=10), list(files_dir.rglob("*"))
-    assert wait_until(lambda: dataset._cache.usage_bytes() == 0, timeout=10)  # every reservation was given back
+    assert wait_until(lambda: dataset._storage.cache().usage_bytes() == 0, timeout=10)  # reservations given back
 
 
 KILLED_MID_COPY = """
@@ -195,7 +195,7 @@ class Slow(RemoteFileSystem):
             time.sleep(60)
 
 dataset = UCVolumeDataset({folder!r}, filesystem=Slow())
-print("WORKSPACE", dataset._ensure_workspace().path, flush=True)
+print("WORKSPACE", dataset._storage.ensure_workspace().path, flush=True)
 list(dataset)
 """
 
@@ -253,3 +253,13 @@ def test_e5_forkserver_workers_work_too(files: Callable[..., Path]) -> None:
     assert [len(b) for b in batches] == [3, 3]
     for batch in batches:
         _open_all(batch)
+
+
+def test_a_worker_that_opens_the_cache_while_another_creates_its_lock_file_reads_zeros(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "cache.lock").touch()  # another worker created it and has not written its bytes yet
+    root = volume_of(tmp_path, {"a.bin": b"data"})
+    cache = file_cache(tmp_path, limit_bytes=1000)
+    cache.fetch(str(root / "a.bin"), "a.bin", lambda: set())
+    assert cache.usage_bytes() == 4
+    assert file_cache(tmp_path, limit_bytes=1000).usage_bytes() == 4  # opening it again keeps the count

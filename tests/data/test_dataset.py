@@ -130,7 +130,7 @@ def test_spawned_workers_know_their_rank_and_share_the_cache(files: Callable[...
                         persistent_workers=True)
     first = list(loader)
     assert _names(first) == ["f0001.bin", "f0003.bin", "f0005.bin", "f0007.bin"]
-    cache = Path(dataset._workspace.path) / "files"
+    cache = Path(dataset._storage.workspace.path) / "files"
     assert all(p.startswith(str(cache)) for batch in first for p in batch)  # the main process's own cache
     assert _names(list(loader)) == _names(first)
 

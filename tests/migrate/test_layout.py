@@ -1,16 +1,15 @@
 """The shape of ``air_migrate``: no import circle, the rules import only their contract, the driver no rule.
 
-Imports are read from the source with :mod:`ast`: an import inside a function counts (it runs too, only later), one
-under ``if TYPE_CHECKING:`` does not. Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, so an
-import of a module counts as an import of every package above it too, except the packages above the importing module
-itself (they are already being imported when it runs).
+Imports are read from the source (see ``tests/import_graph.py`` for what counts as an import).
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Set
+
+from import_graph import find_circle, modules_of
+from import_graph import import_graph as package_import_graph
 
 import air_migrate
 
@@ -18,104 +17,11 @@ PACKAGE = "air_migrate"
 ROOT = Path(air_migrate.__file__).parent
 
 
-def modules_of(root: Path) -> Dict[str, Path]:
-    """Every module of the package in ``root`` by its dotted name (a package by its own name, for its
-    ``__init__``)."""
-    found = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join([PACKAGE, *parts])] = path
-    return found
-
-
-MODULES = modules_of(ROOT)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _import_nodes(node: ast.AST) -> Iterator[ast.stmt]:
-    """Every import statement under ``node``, at any depth, except those under ``if TYPE_CHECKING:``."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
-            for other in child.orelse:
-                yield from _import_nodes_of(other)
-            continue
-        yield from _import_nodes_of(child)
-
-
-def _import_nodes_of(node: ast.AST) -> Iterator[ast.stmt]:
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        yield node
-    yield from _import_nodes(node)
-
-
-def _resolve(module: str, node: ast.stmt, modules: Dict[str, Path] = MODULES) -> List[str]:
-    """The package's modules an import statement in ``module`` names."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE]
-    assert isinstance(node, ast.ImportFrom)
-    if node.level:
-        package = module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
-        for _ in range(node.level - 1):
-            package = package.rpartition(".")[0]
-        base = f"{package}.{node.module}" if node.module else package
-    else:
-        base = node.module or ""
-    if base.split(".")[0] != PACKAGE:
-        return []
-    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
-
-
-def _ancestors(module: str) -> List[str]:
-    parts = module.split(".")
-    return [".".join(parts[:index]) for index in range(1, len(parts))]
+MODULES = modules_of(ROOT, PACKAGE)
 
 
 def import_graph(modules: Dict[str, Path] = MODULES) -> Dict[str, Set[str]]:
-    """Module -> the package's modules that importing it runs directly."""
-    graph: Dict[str, Set[str]] = {}
-    for module, path in modules.items():
-        own = set(_ancestors(module))
-        edges: Set[str] = set()
-        for node in _import_nodes(ast.parse(path.read_text(), str(path))):
-            for target in _resolve(module, node, modules):
-                edges.update(m for m in [*_ancestors(target), target] if m in modules and m not in own)
-        edges.discard(module)
-        graph[module] = edges
-    return graph
-
-
-def find_circle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
-    """One import circle (its modules in import order, the first again at the end), or ``None``."""
-    state: Dict[str, int] = {}  # 1: on the current path, 2: done
-    path: List[str] = []
-
-    def visit(module: str) -> Optional[List[str]]:
-        state[module] = 1
-        path.append(module)
-        for target in sorted(graph.get(module, ())):
-            if state.get(target) == 1:
-                return path[path.index(target):] + [target]
-            if target not in state:
-                found = visit(target)
-                if found:
-                    return found
-        path.pop()
-        state[module] = 2
-        return None
-
-    for module in sorted(graph):
-        if module not in state:
-            found = visit(module)
-            if found:
-                return found
-    return None
+    return package_import_graph(modules, PACKAGE)
 
 
 def test_there_is_no_import_circle() -> None:
@@ -162,7 +68,7 @@ def test_the_checker_sees_imports_in_functions_and_the_packages_an_import_runs(t
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    graph = import_graph(modules_of(tmp_path))
+    graph = import_graph(modules_of(tmp_path, PACKAGE))
     assert graph["air_migrate.results"] == set()  # under TYPE_CHECKING
     assert graph["air_migrate.rules.one"] == {"air_migrate.rules.base", "air_migrate.marker"}
     # marker -> rules.base runs rules/__init__, which imports rules.one, which imports marker.

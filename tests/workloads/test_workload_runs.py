@@ -317,3 +317,22 @@ def test_an_unreachable_tracking_server_fails_the_submission(tmp_path: Path) -> 
                                              "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"})
     assert done.returncode == 1 and "cannot be reached" in done.stderr and "DATABRICKS_AIR_MLFLOW=0" in done.stderr
     assert not (Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs").exists()
+
+
+def test_a_follower_that_polls_after_several_changes_still_reports_each_one() -> None:
+    # A retry delay of 0 lets an attempt fail and the next start within one poll of `logs --follow`/`--watch`: the
+    # statuses a follower reports come from the attempts recorded, not from two samples of the status.
+    from databricks.air.workloads import statuses
+    from databricks.air.workloads.logs import status_path
+    from databricks.air.workloads.run_state import RunState
+
+    def at(status: str, attempts: int) -> list:
+        return status_path(RunState(run_id=1, status=status, submitted_at=0.0, attempts=[{}] * attempts))
+
+    history = [at("PENDING", 0), at("RUNNING", 1), at("WAITING_FOR_RETRY", 1), at("RUNNING", 2),
+               at("RUNNING", 3), at("SUCCESS", 3)]
+    for before, after in zip(history, history[1:]):
+        assert after[:len(before)] == before
+    assert history[-1] == [statuses.PENDING, statuses.RUNNING, statuses.WAITING_FOR_RETRY, statuses.RUNNING,
+                           statuses.WAITING_FOR_RETRY, statuses.RUNNING, statuses.SUCCESS]
+    assert at("CANCELED", 0) == [statuses.PENDING, statuses.CANCELED]
