@@ -24,6 +24,7 @@ has not preloaded it):
   ``synchronous=``, gets MLflow's own behaviour.
 * **Nothing logged is lost.** :func:`rank_ending` flushes MLflow's queues (metrics, params, tags; artifacts logged
   asynchronously) before the rank exits or dies, so the call ends its run only after every rank's logging is in.
+  A batch that SQLite refuses because another writer holds the file's lock is written again, not dropped.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
 import types
 from typing import Any, Callable, Optional, Sequence
 
@@ -108,6 +110,7 @@ def _bind(mlflow: types.ModuleType) -> None:
         setattr(fluent, name, wrapped)  # what fluent itself calls (ActiveRun.__exit__, atexit, implicit starts)
         setattr(mlflow, name, wrapped)
     mlflow.MlflowClient.set_terminated = _set_terminated(mlflow.MlflowClient.set_terminated)
+    _retry_locked_batches()
 
 
 def _call_run_active(stack: Sequence[Any]) -> bool:
@@ -258,6 +261,51 @@ def _log_metrics(original: Callable[..., Any], fluent: types.ModuleType) -> Call
         return original(metrics, step, synchronous, *args, **more)
 
     return log_metrics
+
+
+def _retry_locked_batches() -> None:
+    """Make the stores' asynchronous writers try a batch again while SQLite says the database is locked.
+
+    MLflow's async queue logs a failed batch and drops it. With SQLite every rank and the caller write into one
+    file, and a batch waits for the lock at most MLflow's busy timeout (20 s): on a busy machine, behind the other
+    writers' batches, it can wait longer, and its points were lost without a word. A batch is one transaction
+    (rolled back whole when it fails), so writing it again adds nothing twice.
+    """
+    from mlflow.store.tracking.abstract_store import AbstractStore
+
+    original = AbstractStore.log_batch_async
+    if getattr(original, "_databricks_air", False):
+        return
+
+    @functools.wraps(original)
+    def log_batch_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        queue = getattr(self, "_async_logging_queue", None)
+        write = getattr(queue, "_logging_func", None)  # MLflow's queue calls it once per batch, in its threads
+        if write is not None and not getattr(write, "_databricks_air", False):
+            queue._logging_func = _retrying(write)
+        return original(self, *args, **kwargs)
+
+    log_batch_async._databricks_air = True  # type: ignore[attr-defined]
+    AbstractStore.log_batch_async = log_batch_async
+
+
+_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)  # with MLflow's 20 s wait for the lock on each attempt
+
+
+def _retrying(write: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(write)
+    def write_batch(*args: Any, **kwargs: Any) -> Any:
+        for pause in _RETRY_SECONDS:
+            try:
+                return write(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - only a locked database is tried again
+                if "database is locked" not in str(error):
+                    raise
+                time.sleep(pause)
+        return write(*args, **kwargs)
+
+    write_batch._databricks_air = True  # type: ignore[attr-defined]
+    return write_batch
 
 
 # --- after MLflow is imported ----------------------------------------------------------------------------------------

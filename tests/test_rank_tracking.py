@@ -202,12 +202,62 @@ def test_every_point_lands_in_every_logging_mode(store: str, mode: str, monkeypa
     assert assert_everything_landed(mlflow.MlflowClient(store)).info.status == "FINISHED"
 
 
+def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is_free(store: str) -> None:
+    import sqlite3
+    import threading
+
+    path = store[len("sqlite:///"):]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # as a long write of another process would (MLflow waits 20 s for a lock)
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        release.wait(60)
+        connection.execute("COMMIT")
+        connection.close()
+
+    def log_while_locked(steps: int, flag: str) -> None:
+        import mlflow
+
+        for step in range(steps):
+            mlflow.log_metric("loss", int(os.environ["RANK"]) + 1.0 / (step + 1), step=step)
+        Path(f"{flag}_{os.environ['RANK']}").touch()
+        while not Path(f"{flag}_locked").exists():  # returns while its points wait in MLflow's queue
+            time.sleep(0.02)
+
+    flag = Path(path).parent / "logged"
+    function = cpu2(log_while_locked)
+    holder = threading.Thread(target=hold_the_lock)
+
+    def lock_once_logged() -> None:
+        while not all(Path(f"{flag}_{rank}").exists() for rank in (0, 1)):
+            time.sleep(0.02)
+        holder.start()
+        locked.wait(10)
+        Path(f"{flag}_locked").touch()
+        time.sleep(25)  # past MLflow's busy timeout: the ranks' batches fail once
+        release.set()
+
+    watcher = threading.Thread(target=lock_once_logged)
+    watcher.start()
+    try:
+        function.distributed(STEPS, str(flag))
+    finally:
+        release.set()
+        watcher.join()
+        holder.join()
+    client = mlflow.MlflowClient(store)
+    assert len(history(client, only_run(client).info.run_id, "loss")) == 2 * STEPS
+
+
 @pytest.mark.parametrize("mode", ["default", "buffered"])
 def test_what_a_rank_logged_lands_when_another_rank_fails(
     store: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in MODES[mode].items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "20")  # a stopped rank writes within the grace
     flag = tmp_path / "logged"
 
     def log_then_wait(steps: int, flag: str) -> None:
