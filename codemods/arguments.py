@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from typing import List, Optional, Sequence
 
 from air_migrate import colors, diffing, report
+from air_migrate.settings import requirement_problem
 
 STDIN = "-"
 DESCRIPTION = """\
@@ -24,14 +24,16 @@ report:
     path[:cell N]:line:col: AMxxx <severity> <message>
   All numbers are 1-based. "line" is the line in the file for plain scripts and for Databricks notebook sources
   (what editors show; "cell N" then names the notebook cell, counting every cell), and the line within the cell for
-  Jupyter notebooks (.ipynb). Severities: change (rewritten), review (rewritten, a person should check it), manual
-  (not rewritten, needs a person; the rest of the file is still migrated), blocking (not rewritten, and the file is
-  left unchanged unless --partial, since half a migration breaks on both runtimes), error (the file could not be
-  processed: a plain script that does not parse, with the parser's message; it is left as it is, see exit code 3).
+  Jupyter notebooks (.ipynb). Severities: info (a note, nothing to do: a mention of serverless_gpu in prose, a
+  suppression comment that suppresses nothing; never fails --check), change (rewritten), review (rewritten, a
+  person should check it), manual (not rewritten, needs a person; the rest of the file is still migrated),
+  blocking (not rewritten, and the file is left unchanged unless --partial, since half a migration breaks on both
+  runtimes), error (the file could not be processed: a plain script that does not parse, with the parser's
+  message; it is left as it is, see exit code 3).
   Report lines go to standard output, except with --diff or "-" (then to standard error, so that standard output
   holds only the diff or the code). A closing summary always goes to standard error.
   --report-format json writes one object: {"version": 1, "summary": {"mode", "scanned", "relevant", "changed",
-  "changes", "needs_person", "blocked", "failed"}, "records": [{"file", "cell", "line", "col", "end_line",
+  "changes", "needs_person", "blocked", "failed", "notes"}, "records": [{"file", "cell", "line", "col", "end_line",
   "end_col", "code", "severity", "message", "before", "after"}], "errors": [{"file", "message"}]}, records sorted
   by file then position; cell, end_line, end_col, before and after may be null.
 
@@ -46,11 +48,25 @@ diffs:
   directory that holds every input. DIR must not exist, unless --force (then files of the same name in it are
   replaced). The inputs are never touched.
 
+suppressions:
+  "# air-migrate: ignore[AM101,AM109]" (or a bare "# air-migrate: ignore", or "# noqa: AM101") on a line hides
+  its items of those codes, every severity but change and error (a change is always made); a line of its own
+  "# air-migrate: skip-file" leaves the whole file as it is. A suppression that suppresses nothing is reported
+  (AM904, info).
+
+configuration:
+  The [tool.air-migrate] table of pyproject.toml, looked for in the current directory and then each one above it
+  (a pyproject.toml without the table is passed over; the first with it is the only one read), sets defaults for
+  select and ignore (lists of rule codes), exclude (a list of globs), fix-pip and todo-comments (true/false) and
+  pip-package (a string). An option on the command line replaces the file's value (--no-fix-pip and
+  --no-todo-comments turn off what the file turns on); --isolated reads no file; --show-settings prints what is in
+  force and where each value came from. A bad table (unknown key, wrong type, unknown code) exits 2.
+
 exit codes:
   0  nothing to change and nothing failed (in write mode and with --out-dir, also after changing files)
   1  --check/--diff: a file would change, or an item needs a person; in write mode and with --out-dir only with
      --exit-nonzero-on-change (files changed, or an item needs a person)
-  2  usage error: an unknown option or rule code, a bad combination of options
+  2  usage error: an unknown option or rule code, a bad combination of options, a bad [tool.air-migrate] table
   3  at least one file could not be processed (unreadable, not UTF-8, broken JSON, a plain script that does not
      parse, an internal error) or written; every other file was still processed
   130 interrupted (Ctrl-C): files already written are complete, the others unchanged
@@ -74,18 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stdin-filename", metavar="NAME",
                         help='with "-": the name to report and to pick the format by (.ipynb, or a .py that may '
                              "be a Databricks notebook source); without it the format is guessed from the content")
-    parser.add_argument("--select", default="", metavar="CODES", help="comma-separated rule codes to run (default: all)")
-    parser.add_argument("--ignore", default="", metavar="CODES", help="comma-separated rule codes not to run")
-    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+    parser.add_argument("--select", metavar="CODES", help="comma-separated rule codes to run (default: all)")
+    parser.add_argument("--ignore", metavar="CODES", help="comma-separated rule codes not to run")
+    parser.add_argument("--exclude", action="append", metavar="GLOB",
                         help="skip paths matching GLOB, or a directory of that name (repeatable)")
     parser.add_argument("--partial", action="store_true",
                         help="also write files that have blocking items (what can be converted is)")
-    parser.add_argument("--fix-pip", action="store_true",
+    parser.add_argument("--fix-pip", action=argparse.BooleanOptionalAction, default=None,
                         help="rewrite %%pip/!pip installs of serverless_gpu (to databricks-sdk-air in Databricks "
                              "notebook sources, to databricks-air-oss elsewhere), keeping the other packages")
     parser.add_argument("--pip-package", metavar="NAME", help="with --fix-pip: the package to install instead")
-    parser.add_argument("--todo-comments", action="store_true",
+    parser.add_argument("--todo-comments", action=argparse.BooleanOptionalAction, default=None,
                         help="insert a '# TODO(air-migrate AMxxx): ...' comment above each item that needs a person")
+    parser.add_argument("--isolated", action="store_true",
+                        help="read no configuration file ([tool.air-migrate] in pyproject.toml, see below)")
+    parser.add_argument("--show-settings", action="store_true",
+                        help="print the settings in force and where each came from, then exit")
     parser.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
                         help="files processed in N processes (default 1; 0: one per CPU); the output is the same")
     parser.add_argument("--report", metavar="FILE", help="also write the report (records, errors, summary) to FILE")
@@ -123,7 +143,7 @@ def parse_arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 
 def _problem(args: argparse.Namespace) -> Optional[str]:
-    if args.list_rules:
+    if args.list_rules or args.show_settings:
         return None
     if not args.paths:
         return "give at least one file or directory (or - for standard input)"
@@ -135,11 +155,8 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
         return '--out-dir writes copies of files; with "-" the migrated code goes to standard output'
     if args.force and args.out_dir is None:
         return "--force only applies with --out-dir"
-    if args.pip_package is not None and not args.fix_pip:
-        return "--pip-package only applies with --fix-pip"
-    if args.pip_package is not None and not _REQUIREMENT.match(args.pip_package):
-        return (f"--pip-package {args.pip_package!r} is not one package requirement "
-                "(e.g. databricks-air-oss or databricks-air-oss==0.3)")
+    if args.pip_package is not None and requirement_problem(args.pip_package):
+        return f"--pip-package {requirement_problem(args.pip_package)}"
     if args.report_format is not None and args.report is None:
         return "--report-format only applies with --report FILE"
     if args.report is not None:
@@ -149,12 +166,6 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
         if os.path.isdir(args.report):
             return f"--report {args.report} is a directory: name a file"
     return None
-
-
-# A package name, optional extras, optional version specifiers; no spaces or shell characters.
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
-                          r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)"
-                          r"[A-Za-z0-9.*+!_-]+)*)?$")
 
 
 def _jobs(text: str) -> int:

@@ -22,9 +22,11 @@ from air_migrate.rule_base import PrefixStatement
 
 TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "TorchDistributor")
 """A file (or cell) that holds none of these, nor an old keyword argument, has nothing a rule changes."""
-_KEYWORD_WORDS = ("gpus", "gpu_type")
+_KEYWORD_WORDS = ("gpus", "gpu_type", "accelerator_type")
 # The old keywords count only as keyword arguments: `num_gpus = 8` or `--gpus` in ML code are no reason to parse.
-_KEYWORDS = re.compile(r"\b(?:gpus|gpu_type)\s*=(?!=)")
+# So does the new type keyword given a plain name (`accelerator_type=GPU_TYPE`): the name may still hold an old
+# model name ("H100"), which AM103 reports on every run until it is fixed.
+_KEYWORDS = re.compile(r"\b(?:gpus|gpu_type)\s*=(?!=)|\baccelerator_type\s*=\s*(?!AcceleratorType\b)[A-Za-z_]")
 _KEYWORDS_BYTES = re.compile(_KEYWORDS.pattern.encode())
 # pip names are case-insensitive: `%pip install Serverless-GPU` is worth a look too.
 _ANY_CASE_BYTES = re.compile(rb"serverless[-_.]gpu", re.IGNORECASE)
@@ -41,7 +43,9 @@ def mentions_any(data: bytes) -> bool:
         return True
     if b"GPUType" in data or b"TorchDistributor" in data:
         return True
-    return b"gpu" in data and (b"gpus" in data or b"gpu_type" in data) and _KEYWORDS_BYTES.search(data) is not None
+    if (b"gpu" in data and (b"gpus" in data or b"gpu_type" in data)) or b"accelerator_type" in data:
+        return _KEYWORDS_BYTES.search(data) is not None
+    return False
 
 
 def mentions(text: str) -> bool:

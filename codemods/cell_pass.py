@@ -18,7 +18,7 @@ those markers, for a file whose changes are held back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
 from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider, ProviderT, ScopeProvider
@@ -90,9 +90,10 @@ class PreparedCell:
         for rule in self.rules:
             rule.survey(self.module)
 
-    def run(self, todo_comments: bool = False) -> CellOutcome:
-        """Transform the cell with every rule in one traversal."""
-        traversal = _Traversal(self, todo_comments)
+    def run(self, todo_comments: bool = False, suppressed: Optional[Callable[[Finding], bool]] = None) -> CellOutcome:
+        """Transform the cell with every rule in one traversal; an item for a person that ``suppressed`` says a
+        suppression comment hides gets no TODO marker."""
+        traversal = _Traversal(self, todo_comments, suppressed)
         module = self.module.visit(traversal)
         return CellOutcome(module, list(self.findings), traversal.marks)
 
@@ -227,8 +228,11 @@ def _holds_any(module: libcst.Module, statement: libcst.CSTNode, words: FrozenSe
 class _Traversal(libcst.CSTTransformer):
     """Dispatches each node to every rule in turn, and claims findings for the statements that hold them."""
 
-    def __init__(self, cell: PreparedCell, todo_comments: bool) -> None:
+    def __init__(
+        self, cell: PreparedCell, todo_comments: bool, suppressed: Optional[Callable[[Finding], bool]] = None
+    ) -> None:
         super().__init__()
+        self._suppressed = suppressed
         self._cell = cell
         self._rules = cell.rules
         self._todo = todo_comments
@@ -277,6 +281,7 @@ class _Traversal(libcst.CSTTransformer):
             (index, finding)
             for index, finding in enumerate(self._cell.findings[start:], start=start)
             if finding.attention and index not in self._claimed
+            and not (self._suppressed is not None and self._suppressed(finding))
         ]
         if not findings:
             return result

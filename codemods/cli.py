@@ -1,6 +1,7 @@
 """The ``air-migrate`` command: find files, migrate them, report, and deliver the results in the chosen mode.
 
 This module only puts the parts together: :mod:`~air_migrate.arguments` (options and usage errors),
+:mod:`~air_migrate.settings` (the options over the ``[tool.air-migrate]`` table of ``pyproject.toml``),
 :mod:`~air_migrate.discovery` (which files), :mod:`~air_migrate.runner` (the engine, in parallel with ``-j``),
 :mod:`~air_migrate.modes` (write, diff, check, out-dir, standard output) and :mod:`~air_migrate.report` (report
 lines, the JSON report, the summary). Exit codes: 0 nothing to change and nothing failed; 1 ``--check``/``--diff``
@@ -13,15 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Iterable, Optional, Sequence, TextIO
+from typing import Any, Dict, Iterable, Optional, Sequence, TextIO, Tuple
 
-from air_migrate import colors, progress, report
+from air_migrate import colors, progress, report, settings
 from air_migrate.arguments import STDIN, build_parser, parse_arguments
 from air_migrate.codes import documented_codes, select_rules
 from air_migrate.colors import Palette
 from air_migrate.discovery import discover
 from air_migrate.modes import Check, CopyToTree, Diff, InPlace, Mode, ToStandardOutput
 from air_migrate.results import FileResult
+from air_migrate.rules import REGISTRY
 from air_migrate.runner import Options, migrate_paths, migrate_standard_input
 from air_migrate.writing import OutputTree
 
@@ -37,28 +39,51 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{code}  {description}")
         return EXIT_OK
     try:
-        rules = select_rules(args.select, args.ignore)
+        chosen = settings.resolve(_given(args), sorted(REGISTRY), isolated=args.isolated)
+    except settings.ConfigError as error:
+        print(f"air-migrate: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        rules = select_rules(",".join(chosen.select.value), ",".join(chosen.ignore.value))
     except ValueError as error:
         build_parser().error(str(error))
-    options = Options(tuple(rules), args.partial, args.fix_pip, args.pip_package, args.todo_comments)
+    if chosen.pip_package.source == settings.COMMAND_LINE and not chosen.fix_pip.value:
+        build_parser().error("--pip-package only applies with --fix-pip")
+    if args.show_settings:
+        sys.stdout.write(settings.render(chosen, [rule.CODE for rule in rules]))
+        return EXIT_OK
+    options = Options(tuple(rules), args.partial, chosen.fix_pip.value, chosen.pip_package.value,
+                      chosen.todo_comments.value)
     try:
         if args.paths == [STDIN]:
             return _run_standard_input(args, options)
-        return _run_files(args, options)
+        return _run_files(args, options, chosen.exclude.value)
     except KeyboardInterrupt:
         print("air-migrate: interrupted; files already written are complete, the others are unchanged",
               file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
-def _run_files(args: argparse.Namespace, options: Options) -> int:
+def _given(args: argparse.Namespace) -> Dict[str, Any]:
+    """The settings given on the command line (``None``: not given), as :func:`settings.resolve` takes them."""
+    def codes(text: Optional[str]) -> Optional[Tuple[str, ...]]:
+        return None if text is None else tuple(code.strip().upper() for code in text.split(",") if code.strip())
+
+    return {
+        "select": codes(args.select), "ignore": codes(args.ignore),
+        "exclude": tuple(args.exclude) if args.exclude is not None else None,
+        "fix_pip": args.fix_pip, "pip_package": args.pip_package, "todo_comments": args.todo_comments,
+    }
+
+
+def _run_files(args: argparse.Namespace, options: Options, excludes: Sequence[str]) -> int:
     tree = None
     if args.out_dir is not None:
         try:
             tree = OutputTree(args.out_dir, args.paths, args.force)
         except ValueError as error:
             build_parser().error(str(error))
-    paths = discover(args.paths, args.exclude, prune={tree.real_directory} if tree else frozenset())
+    paths = discover(args.paths, excludes, prune={tree.real_directory} if tree else frozenset())
     if tree is not None:
         try:
             tree.check_targets(paths)

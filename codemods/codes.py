@@ -2,22 +2,18 @@
 and the choice of rules by code (``--select``/``--ignore``).
 
 A rule documents its own code through its ``DESCRIPTION`` and the other codes it reports through its ``REPORTS``
-(:mod:`air_migrate.rule_base`); the codes the driver reports itself (cells it skips, files it cannot parse) are
-documented in :data:`EXTRA_CODES`. Importing this module registers every rule (:mod:`air_migrate.rules`).
+(:mod:`air_migrate.rule_base`); the codes the driver reports itself (cells it skips, files it cannot parse,
+suppressions that suppress nothing) are documented in :data:`EXTRA_CODES`. Importing this module registers every rule (:mod:`air_migrate.rules`).
 """
 
 from __future__ import annotations
 
 from typing import Dict, List, Tuple, Type
 
+from air_migrate.driver_codes import DRIVER_CODES
 from air_migrate.rules import REGISTRY, Rule
 
-EXTRA_CODES: Dict[str, str] = {
-    "AM901": "reported: a notebook cell skipped (a non-Python cell magic, a multi-line magic)",
-    "AM902": "reported: a notebook cell that does not parse is skipped (a bare shell or magic line such as "
-             "`pip install`, or a syntax error, with the parser's message)",
-    "AM903": "error: a plain script that does not parse (with the parser's message) is left as it is; exit code 3",
-}
+EXTRA_CODES: Dict[str, str] = DRIVER_CODES
 """The codes of the driver (:mod:`air_migrate.engine`), which no rule reports."""
 
 

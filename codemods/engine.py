@@ -27,15 +27,18 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence, Set, Type
+from typing import Callable, Dict, List, Optional, Sequence, Set, Type
 
 import libcst
 
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
-from air_migrate.results import FileResult, Record
-from air_migrate.rule_base import AnyRule, CellContext, FileOptions, LineRule, Rule
+from air_migrate import suppressions
+from air_migrate.driver_codes import DRIVER_CODES, SKIPPED_CELL, UNUSED_SUPPRESSION
+from air_migrate.results import CHANGE, ERROR, FileResult, Record
+from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule
 from air_migrate.cell_pass import CellOutcome, PreparedCell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
+from air_migrate.suppressions import Suppression
 from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
 
 __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
@@ -69,7 +72,10 @@ def migrate_file(
     except SourceError as error:
         result.error = str(error)
         return result
+    if suppressions.skips_file(data, source):
+        return result  # `# air-migrate: skip-file`: as if it held nothing to migrate
     result.relevant = True
+    found_suppressions = suppressions.find(data, source)
     options = FileOptions(source.kind, fix_pip, pip_package)
     line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
     rule_types = [rule for rule in rules if issubclass(rule, Rule)]
@@ -81,8 +87,10 @@ def migrate_file(
     for unit in parsed:
         unit.prepared.survey()
     for unit in parsed:
-        unit.outcome = unit.prepared.run(todo_comments)
+        unit.outcome = unit.prepared.run(todo_comments, _suppressed_in(found_suppressions, unit))
         _record_findings(result, source, unit)
+    if found_suppressions:
+        _apply_suppressions(result, source, found_suppressions, rules)
     apply_changes = partial or not result.blocked
     new_texts: Dict[int, str] = {}
     for unit in parsed:
@@ -174,7 +182,7 @@ def _scan_file(
         scratch.update(scan.scratch)
         for number, found in scan.findings:
             _record(result, source, source.cells[number - 1], found.code, found.message, found.line, found.column,
-                    attention=found.attention, blocking=found.blocking, review=found.review)
+                    attention=found.attention, blocking=found.blocking, review=found.review, info=found.info)
             scanned.add(number)
     return wanted, scanned
 
@@ -266,7 +274,7 @@ def _record_findings(result: FileResult, source: SourceFile, unit: _ParsedCell) 
         end = (finding.end_line - skip, finding.end_column) if finding.end_line is not None else None
         _record(
             result, source, cell, finding.code, finding.message, finding.line - skip, finding.column,
-            attention=finding.attention, blocking=finding.blocking, review=finding.review, end=end,
+            attention=finding.attention, blocking=finding.blocking, review=finding.review, info=finding.info, end=end,
             before=cell.unmask(finding.before) if finding.before is not None else None,
             after=cell.unmask(finding.after) if finding.after is not None else None,
         )
@@ -288,6 +296,7 @@ def _record(
     before: Optional[str] = None,
     after: Optional[str] = None,
     error: bool = False,
+    info: bool = False,
 ) -> None:
     """Add a record at a 1-based line of the cell, numbered as the report numbers it for this kind of file."""
     if source.kind == "ipynb":
@@ -300,9 +309,51 @@ def _record(
     result.records.append(
         Record(
             result.path, where_cell, line + offset, column, code, message, attention or blocking, blocking, review,
-            end_line + offset if end_line is not None else None, end_column, before, after, error,
+            end_line + offset if end_line is not None else None, end_column, before, after, error, info,
         )
     )
+
+
+def _suppressed_in(found: Sequence[Suppression], unit: _ParsedCell) -> Optional[Callable[[Finding], bool]]:
+    """Whether a suppression comment hides a finding of the cell (it then gets no TODO marker)."""
+    if not found:
+        return None
+    skip, number = unit.prepared.context.prefix_lines, unit.cell.number
+
+    def suppressed(finding: Finding) -> bool:
+        lines = (finding.line - skip, (finding.end_line or finding.line) - skip)
+        return suppressions.matches(found, number, lines, finding.code)
+
+    return suppressed
+
+
+def _apply_suppressions(
+    result: FileResult, source: SourceFile, found: Sequence[Suppression], rules: Sequence[AnyRule]
+) -> None:
+    """Drop the records a suppression comment hides (never a change, never an error), then report each
+    suppression that suppressed nothing, or names an unknown code (``AM904``, a note)."""
+    kept = []
+    for record in result.records:
+        if record.severity not in (CHANGE, ERROR):
+            cell = record.cell or 1
+            offset = source.cells[cell - 1].first_line - 1 if source.kind == "databricks" else 0
+            lines: Sequence[int] = (record.line - offset, (record.end_line or record.line) - offset)
+            if record.code == SKIPPED_CELL:  # about the whole cell: a comment on any of its lines (a shell comment)
+                lines = range(1, len(source.cells[cell - 1].raw.splitlines()) + 1)
+            if suppressions.matches(found, cell, lines, record.code):
+                continue
+        kept.append(record)
+    result.records = kept
+    active = set(DRIVER_CODES)
+    for rule in rules:
+        active.update((rule.CODE, *rule.REPORTS))
+    known = set(DRIVER_CODES)
+    for rule in REGISTRY.values():
+        known.update((rule.CODE, *rule.REPORTS))
+    for suppression in found:
+        for message in suppressions.unused_messages(suppression, known, active):
+            _record(result, source, source.cells[suppression.cell - 1], UNUSED_SUPPRESSION, message,
+                    suppression.line, suppression.column, info=True)
 
 
 def _newline(text: str) -> str:

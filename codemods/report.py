@@ -4,7 +4,7 @@ Text lines read ``path[:cell N]:line:col: AMxxx <severity> <message>``. The JSON
 
     {"version": 1,
      "summary": {"mode": "check", "scanned": 3, "relevant": 2, "changed": 1, "changes": 2,
-                 "needs_person": 1, "blocked": 0, "failed": 0},
+                 "needs_person": 1, "blocked": 0, "failed": 0, "notes": 0},
      "records": [{"file": "job.py", "cell": null, "line": 1, "col": 1, "end_line": 1, "end_col": 39,
                   "code": "AM101", "severity": "change", "message": "...", "before": "...", "after": "..."}],
      "errors": [{"file": "bad.py", "message": "not UTF-8 (invalid start byte at byte 17)"}]}
@@ -21,13 +21,13 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from air_migrate.colors import Palette
-from air_migrate.results import BLOCKING, CHANGE, ERROR, MANUAL, REVIEW, FileResult, Record
+from air_migrate.results import BLOCKING, CHANGE, ERROR, INFO, MANUAL, REVIEW, FileResult, Record
 
 TEXT = "text"
 JSON = "json"
 FORMATS = (TEXT, JSON)
 JSON_VERSION = 1
-_SEVERITY_STYLES = {CHANGE: "green", REVIEW: "yellow", MANUAL: "magenta", BLOCKING: "bold red", ERROR: "bold red"}
+_SEVERITY_STYLES = {INFO: "cyan", CHANGE: "green", REVIEW: "yellow", MANUAL: "magenta", BLOCKING: "bold red", ERROR: "bold red"}
 
 
 @dataclasses.dataclass
@@ -43,6 +43,8 @@ class Tally:
     changes: int = 0
     needs_person: int = 0
     blocked: int = 0
+    notes: int = 0
+    """Records of severity ``info``: nothing to do, never a reason to fail ``--check``."""
     records: List[Record] = dataclasses.field(default_factory=list)
     errors: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
 
@@ -57,8 +59,9 @@ class Tally:
         self.blocked += blocked
         self.changed += result.changed
         if result.changed and not blocked:  # a blocked file's changes are not made (it may only get TODOs)
-            self.changes += sum(1 for record in result.records if not record.attention)
+            self.changes += sum(1 for record in result.records if record.severity in (CHANGE, REVIEW))
         self.needs_person += sum(1 for record in result.records if record.attention)
+        self.notes += sum(1 for record in result.records if record.severity == INFO)
 
     @property
     def failed(self) -> int:
@@ -83,6 +86,8 @@ def summary_line(tally: Tally, verb: str) -> str:
         f"{tally.changed} {verb} ({tally.changes} change(s)), {tally.needs_person} item(s) need a person, "
         f"{tally.failed} failed"
     )
+    if tally.notes:
+        line += f", {tally.notes} note(s)"
     if tally.blocked:
         line += f"; {tally.blocked} file(s) not converted because of blocking items (see --partial)"
     if tally.relevant == 0 and tally.failed == 0:
@@ -112,6 +117,7 @@ def render_json(tally: Tally) -> str:
             "needs_person": tally.needs_person,
             "blocked": tally.blocked,
             "failed": tally.failed,
+            "notes": tally.notes,
         },
         "records": [record_object(record) for record in tally.records],
         "errors": [{"file": path, "message": message} for path, message in tally.errors],

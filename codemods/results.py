@@ -18,9 +18,12 @@ MANUAL = "manual"
 """Not rewritten: a person must do it; the rest of the file is still migrated."""
 BLOCKING = "blocking"
 """Not rewritten, and the file is left unchanged (unless ``--partial``) since half a migration would break it."""
+INFO = "info"
+"""Nothing to do: a note (a mention of the old package in prose, a suppression comment that suppresses nothing);
+it never fails ``--check``."""
 ERROR = "error"
 """The file could not be processed (a script that does not parse): it is left as it is, and the run exits 3."""
-SEVERITIES = (CHANGE, REVIEW, MANUAL, BLOCKING, ERROR)
+SEVERITIES = (INFO, CHANGE, REVIEW, MANUAL, BLOCKING, ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Record:
     error: bool = False
     """Why the file could not be processed, at the position where it went wrong (the file's
     :attr:`FileResult.error` says the same): nothing in it was migrated."""
+    info: bool = False
+    """A note: nothing was rewritten and nothing needs doing (never counted as a change or an item for a person)."""
 
     @property
     def severity(self) -> str:
@@ -62,6 +67,8 @@ class Record:
             return BLOCKING
         if self.attention:
             return MANUAL
+        if self.info:
+            return INFO
         return REVIEW if self.review else CHANGE
 
     @property

@@ -57,6 +57,8 @@ class Finding:
     """The source of what was found, as written."""
     after: Optional[str] = None
     """For a change: the source that replaces ``before``."""
+    info: bool = False
+    """A note: nothing was rewritten and nothing needs doing (a mention of the old package in prose)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,11 +162,12 @@ class Rule(libcst.CSTTransformer):
         blocking: bool = False,
         review: bool = False,
         after: Union[libcst.CSTNode, str, None] = None,
+        info: bool = False,
     ) -> None:
         """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own.
 
         ``after`` is what replaces ``node``, for a change (a node, or ``""`` for a removal); the report shows both
-        as source.
+        as source. ``info`` makes it a note that needs nothing done (it never fails ``--check``).
         """
         where = self.get_metadata(PositionProvider, node)
         if isinstance(after, libcst.CSTNode):
@@ -172,7 +175,7 @@ class Rule(libcst.CSTTransformer):
         self.findings.append(
             Finding(
                 code or self.CODE, where.start.line, where.start.column + 1, message, attention or blocking, blocking,
-                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after,
+                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after, info,
             )
         )
 

@@ -16,6 +16,15 @@ SHOW_ALL_RANKS = "DATABRICKS_AIR_SHOW_ALL_RANKS"
 LOG_DIR = "DATABRICKS_AIR_LOG_DIR"
 """Where each call's log folder is made (default: ``databricks-air-logs`` in the temp directory)."""
 
+DEBUG = "DATABRICKS_AIR_DEBUG"
+"""On: tracebacks keep databricks.air's own frames, and MLflow's INFO records of the call's tracking are shown."""
+
+LOG_KEEP_CALLS = "DATABRICKS_AIR_LOG_KEEP_CALLS"
+"""How many calls' log folders are kept (the newest; default 50; ``0``: no limit by count)."""
+
+LOG_KEEP_DAYS = "DATABRICKS_AIR_LOG_KEEP_DAYS"
+"""Log folders idle for longer than this many days are removed (default 7; ``0``: no limit by age)."""
+
 START_METHOD = "DATABRICKS_AIR_START_METHOD"
 """``fork`` (default): ranks are forked from the rank server; ``spawn``: each rank is a new interpreter."""
 

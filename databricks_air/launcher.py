@@ -23,15 +23,16 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import tempfile
 import time
+import types
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from databricks.air import _variables, payload, tracking, validation
 from databricks.air._engine import launch as engine
+from databricks.air._engine import log_folders
 from databricks.air._switches import switched_on
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
-from databricks.air.exceptions import RuntimeConfigurationError, SerializationError
+from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
 
 __all__ = ["distributed"]
 
@@ -167,8 +168,19 @@ class DistributedFunction:
             DistributedExecutionError: a rank failed; also an instance of that rank's exception class.
             LocalExecutionTimeoutError: the call ran past ``timeout``.
             KeyboardInterrupt: the call was interrupted; every rank was stopped.
+
+        The traceback of an error leaves out this package's own frames (``DATABRICKS_AIR_DEBUG=1`` keeps them):
+        what failed in a rank is in the error's report.
         """
-        bound = _bind(self.func, args, kwargs)
+        try:
+            return self._call(_bind(self.func, args, kwargs))
+        except BaseException as error:
+            if switched_on(_variables.DEBUG):
+                raise
+            # The frames a user reads are theirs; DATABRICKS_AIR_DEBUG=1 keeps every frame.
+            raise error.with_traceback(_without_package_frames(error.__traceback__))
+
+    def _call(self, bound: inspect.BoundArguments) -> List[Any]:
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
         try:
@@ -183,15 +195,16 @@ class DistributedFunction:
             raise
         engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
         run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
-        status, failure, log_dir = "FAILED", None, None
+        status, failure, log_dir, started = "FAILED", None, None, time.monotonic()
         try:
-            log_dir = _make_log_dir(getattr(self.func, "__name__", "function"))
+            log_dir = log_folders.make(getattr(self.func, "__name__", "function"))
             self.last_log_dir = log_dir
             kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
             if kind == "CPU":
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             print(
-                f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir}",
+                f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir} "
+                f"({log_folders.describe_limits()})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -214,6 +227,8 @@ class DistributedFunction:
         finally:
             if run is not None:  # whatever happened, the run ends with the call
                 run.close(status, log_dir, failure)
+            if log_dir is not None:
+                print(_closing_line(name, failure, status, time.monotonic() - started), file=sys.stderr, flush=True)
 
     def _run_params(self) -> Dict[str, Any]:
         shape = self.accelerator_type
@@ -258,6 +273,34 @@ class DistributedFunction:
         return engine.run(launch)
 
 
+def _closing_line(name: str, failure: Optional[BaseException], status: str, seconds: float) -> str:
+    """The call's last line of its own: how it ended, and after how long."""
+    took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    if status == "FINISHED":
+        return f"databricks.air: {name} finished in {took}"
+    if status == "KILLED":
+        return f"databricks.air: {name} was interrupted after {took}; every rank was stopped"
+    if isinstance(failure, LocalExecutionTimeoutError):
+        return f"databricks.air: {name} timed out after {took}; every rank was stopped"
+    return f"databricks.air: {name} failed after {took}"
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_package_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    """``tb`` without the frames of this package's files (a user's ``__reduce__`` called while pickling stays)."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
 def _require_callable(func: Any) -> None:
     if not callable(func):
         raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
@@ -292,15 +335,6 @@ def _seconds(variable: str, default: float) -> float:
         return max(0.0, float(value)) if value else default
     except ValueError:
         raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
-
-
-def _make_log_dir(function_name: str) -> str:
-    """A new directory for this call's logs (kept after the call), under ``DATABRICKS_AIR_LOG_DIR`` or tmp."""
-    root = os.environ.get(_variables.LOG_DIR) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
-    os.makedirs(root, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in function_name)[:60]
-    return tempfile.mkdtemp(prefix=f"{stamp}-{safe}-", dir=root)
 
 
 def build(

@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Mapping, Optional
 
-from databricks.air import _notebook, _variables, rank_tracking
+from databricks.air import _mlflow_quiet, _notebook, _progress, _variables, rank_tracking
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
@@ -77,12 +77,25 @@ class CallRun:
 
     @classmethod
     def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
-        """Create the run (fails fast, naming the store and the switch, when the store cannot be reached)."""
+        """Create the run (fails fast, naming the store and the switch, when the store cannot be reached).
+
+        MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
+        says so on a terminal or in a notebook while it lasts."""
         import mlflow
-        from mlflow.entities import Param
 
         uri = mlflow.get_tracking_uri()
         _check_reachable(uri)
+        try:
+            with _mlflow_quiet.quiet(), _progress.transient(_creating_store_note(uri)):
+                return cls._open(mlflow, uri, name, params)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
+                from None
+
+    @classmethod
+    def _open(cls, mlflow: Any, uri: str, name: str, params: Dict[str, Any]) -> "CallRun":
+        from mlflow.entities import Param
+
         client = mlflow.MlflowClient(uri)
         parent = mlflow.active_run()
         tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
@@ -178,10 +191,11 @@ class CallRun:
             return
         interval = float(os.environ.get(_variables.SYSTEM_METRICS_SECONDS) or 10)
         try:
-            self._monitor = SystemMetricsMonitor(
-                self.run_id, sampling_interval=interval, node_id="node_0", tracking_uri=self.tracking_uri
-            )
-            self._monitor.start()
+            with _mlflow_quiet.quiet():
+                self._monitor = SystemMetricsMonitor(
+                    self.run_id, sampling_interval=interval, node_id="node_0", tracking_uri=self.tracking_uri
+                )
+                self._monitor.start()
         except Exception as error:  # noqa: BLE001 - metrics are a nicety, never a reason to fail a call
             self._monitor = None
             print(f"databricks.air: no system metrics: {error}", file=sys.stderr)
@@ -208,6 +222,10 @@ class CallRun:
 
     def close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException] = None) -> None:
         """Final log upload, duration, failure report; then the run's end status."""
+        with _mlflow_quiet.quiet():
+            self._close(status, log_dir, failure)
+
+    def _close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
         if self._uploader is not None:
             self._uploader.stop()
         if self._monitor is not None:
@@ -247,6 +265,16 @@ class _LogUploader(threading.Thread):
     def stop(self) -> None:
         self._stopped.set()
         self.join(timeout=30)
+
+
+def _creating_store_note(uri: str) -> Optional[str]:
+    """What to show while a SQLite store that does not exist yet is made, or ``None`` for any other store."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if path in ("", ":memory:") or os.path.exists(path):
+        return None
+    return f"databricks.air: creating the MLflow store {path} (the first call only)..."
 
 
 def _check_reachable(uri: str) -> None:

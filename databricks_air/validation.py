@@ -14,7 +14,7 @@ import logging
 import numbers
 import os
 import warnings
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Set, Tuple, Union
 
 from databricks.air import _variables, compute
 from databricks.air._warnings import user_stacklevel
@@ -276,17 +276,28 @@ def _cuda_wheel_suffix() -> str:
     return "cu126"
 
 
+_NOTED: Set[str] = set()
+"""The decoration notes already given in this process: each is given once, not at every re-run of a cell."""
+
+
+def _first_time(note: str) -> bool:
+    if note in _NOTED:
+        return False
+    _NOTED.add(note)
+    return True
+
+
 def decoration_notes(count: int, timeout: Any) -> None:
-    """The reference's decoration-time notes, as ``logging`` records on ``databricks.air``.
+    """The reference's decoration-time notes, as ``logging`` records on ``databricks.air``, each once per process.
 
     The reference also says that a remote run ignores its timeout; here remote runs honour it, so that note is gone.
     """
-    if count == 1:
+    if count == 1 and _first_time("one rank"):
         logger.warning(
             "@distributed runs one rank here. It is meant for several GPUs; with one, you could call the "
             "function directly (fn.func(...))."
         )
-    if timeout == DEFAULT_TIMEOUT:
+    if timeout == DEFAULT_TIMEOUT and _first_time("default timeout"):
         logger.warning(
             "Each .distributed() call is capped at the default timeout of %d s (~%.2f h); past it the ranks "
             "are stopped and LocalExecutionTimeoutError is raised. Pass timeout=SECONDS to change the cap, "

@@ -41,7 +41,7 @@ def test_the_message_names_the_rank_and_shows_traceback_and_output_tail() -> Non
         cpu2(fails_on_rank_one).distributed()
     message = str(caught.value)
     assert "rank 1 of 2 raised ValueError: boom from rank 1" in message
-    assert "Traceback from rank 1:" in message and 'raise ValueError("boom from rank 1")' in message
+    assert "Traceback from rank 1 (most recent call last):" in message and 'raise ValueError("boom from rank 1")' in message
     assert "Last 50 lines of rank 1's output" in message
     assert "rank one line 59" in message and "rank one line 20\n" in message
     assert "rank one line 5\n" not in message  # only the last 50 lines

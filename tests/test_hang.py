@@ -320,11 +320,17 @@ def test_a_tracked_call_keeps_the_snapshot_and_names_the_suspect(
     monkeypatch.setenv("DATABRICKS_AIR_SYSTEM_METRICS", "0")
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1.5")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(sleeps_before_second_all_reduce)
-    _when(lambda: len(list(marks.iterdir())) == 2 and (Path(call.last_log_dir or "/") / "stall_1").exists(),
-          _interrupt)
+    client = mlflow.MlflowClient(uri)
+
+    def stall_kept() -> bool:  # the stall's report is in the run (an interrupt during its upload would lose it)
+        if not (len(list(marks.iterdir())) == 2 and (Path(call.last_log_dir or "/") / "stall_1").exists()):
+            return False
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        return bool(runs) and bool(client.list_artifacts(runs[0].info.run_id, "snapshot/stall_1"))
+
+    _when(stall_kept, _interrupt)
     with pytest.raises(KeyboardInterrupt):
         call.distributed(str(marks))
-    client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "KILLED"
     assert run.data.tags["databricks.air.suspect_ranks"] == "1"

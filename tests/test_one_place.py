@@ -101,9 +101,6 @@ def test_process_groups_parent_death_and_ports_are_handled_in_processes_py() -> 
         "databricks_air/_engine/processes.py:set_parent_death_signal",
         "databricks_air/_engine/rank_environ.py:job_environ",
         "databricks_air/_ray/rank_host.py:free_port",  # the actor's method, for the caller: it calls the one above
-        # A workload node launcher's port on its node (for MASTER_PORT); the local one calls the one above.
-        "databricks_air/workloads/backends/base.py:free_port",
-        "databricks_air/workloads/backends/local_nodes.py:free_port",
     }
 
 

@@ -16,6 +16,28 @@ import databricks.air.compute
 import databricks.air.exceptions
 import databricks.air.runtime
 import databricks.air.utils
+from air_migrate.codes import select_rules
+from air_migrate.engine import migrate_file
+
+PUBLIC_IMPORTS = {
+    "serverless_gpu": ["distributed", "ray_launch", "ray_init", "runtime"],
+    "serverless_gpu.launcher": ["distributed"],
+    "serverless_gpu.ray": ["ray_launch", "ray_init"],
+    "serverless_gpu.compute": ["GPUType"],
+    "serverless_gpu.runtime": ["get_local_rank", "get_global_rank", "get_world_size"],
+    "serverless_gpu.data": ["UCVolumeWriter", "UCVolumeReader", "UCVolumeDataset", "DataLoader"],
+    "serverless_gpu.api": ["distributed"],
+}
+"""Every ``serverless_gpu`` module path that public notebooks and scripts import, with the names they take from it.
+
+Found with the code search of public repositories (Databricks' own examples, and notebooks that follow them), late
+2026: ``from serverless_gpu import distributed`` and ``from serverless_gpu import runtime as rt`` (everywhere), ``from
+serverless_gpu.launcher import distributed`` (Databricks' fine-tuning examples: Axolotl, OLMo, LoRA), ``from
+serverless_gpu.ray import ray_launch``, ``from serverless_gpu.compute import GPUType``, ``serverless_gpu.runtime``,
+``from serverless_gpu.data import UCVolumeWriter, UCVolumeReader, UCVolumeDataset, DataLoader``, ``from
+serverless_gpu import ray_init``, and once, in one project, under ``try``/``except ImportError``: ``from
+serverless_gpu.api import distributed``. (``databricks.serverless_gpu.data``, seen as a fallback, is another
+package's path.)"""
 
 
 @pytest.mark.parametrize("module", ["compute", "runtime", "exceptions", "utils"])
@@ -25,6 +47,42 @@ def test_every_shim_module_exposes_the_very_same_objects(module: str) -> None:
     assert new.__all__
     for name in new.__all__:
         assert getattr(old, name) is getattr(new, name), name
+
+
+def _same(old: object, new: object) -> bool:
+    """The very same object; for a module, the very same public objects."""
+    if isinstance(old, type(importlib)) and isinstance(new, type(importlib)):
+        names = getattr(new, "__all__")
+        return all(getattr(old, name) is getattr(new, name) for name in names)
+    return old is new
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC_IMPORTS))
+def test_every_module_path_of_public_code_imports_and_air_migrate_moves_it_to_the_same_objects(path: str) -> None:
+    """The shim runs that import unchanged, and the import ``air-migrate`` writes instead gives the very same
+    objects (so the codemod never writes a path that does not exist)."""
+    names = PUBLIC_IMPORTS[path]
+    statement = f"from {path} import {', '.join(names)}\n"
+    old: dict = {}
+    exec(statement, old)
+    result = migrate_file("paths.py", statement.encode(), select_rules("AM101", ""))
+    assert result.migrated is not None and not [record for record in result.records if record.attention]
+    migrated = result.migrated.decode()
+    assert "serverless_gpu" not in migrated
+    new: dict = {}
+    exec(migrated, new)
+    for name in names:
+        assert _same(old[name], new[name]), (path, name, migrated)
+
+
+def test_the_launcher_module_has_the_same_objects_as_databricks_air_launcher() -> None:
+    import serverless_gpu.launcher
+
+    import databricks.air.launcher
+
+    assert serverless_gpu.launcher.__all__ == databricks.air.launcher.__all__ == ["distributed"]
+    assert serverless_gpu.launcher.distributed is databricks.air.launcher.distributed
+    assert serverless_gpu.launcher.DistributedFunction is databricks.air.launcher.DistributedFunction
 
 
 def test_the_top_level_names_are_the_same_objects() -> None:
@@ -120,17 +178,20 @@ IMPORT_LINES = """
     import warnings
     warnings.simplefilter("always")
     with warnings.catch_warnings(record=True) as record:
-        import serverless_gpu  # line 5
+        {first}  # line 5
         import serverless_gpu.compute
         from serverless_gpu import runtime as rt
+        from serverless_gpu.launcher import distributed
+        import serverless_gpu.ray, serverless_gpu.api, serverless_gpu.data
     for w in record:
         print(w.category.__name__, w.lineno, str(w.message))
 """
 
 
-def test_importing_warns_once_at_the_importing_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", ["import serverless_gpu", "from serverless_gpu.launcher import distributed"])
+def test_importing_warns_once_at_the_importing_line(tmp_path: Path, first: str) -> None:
     script = tmp_path / "old_notebook.py"
-    script.write_text(textwrap.dedent(IMPORT_LINES))
+    script.write_text(textwrap.dedent(IMPORT_LINES).replace("{first}", first))
     env = {k: v for k, v in os.environ.items() if k != "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("FutureWarning")]
@@ -143,7 +204,7 @@ OLD_SCRIPT = """
     import os
     import warnings
     warnings.simplefilter("always")
-    from serverless_gpu import distributed
+    {import_line}
     from serverless_gpu.compute import GPUType
     from serverless_gpu import runtime as rt
 
@@ -165,9 +226,11 @@ OLD_SCRIPT = """
 """
 
 
-def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("import_line", ["from serverless_gpu import distributed",
+                                         "from serverless_gpu.launcher import distributed"])
+def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path, import_line: str) -> None:
     script = tmp_path / "old_script.py"
-    script.write_text(textwrap.dedent(OLD_SCRIPT))
+    script.write_text(textwrap.dedent(OLD_SCRIPT).replace("{import_line}", import_line))
     env = {
         **{k: v for k, v in os.environ.items() if k != "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"},
         "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",

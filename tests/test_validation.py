@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 import pytest
 
-from databricks.air import compute, distributed
+from databricks.air import compute, distributed, validation
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUTypeError, GPUValidationError, RuntimeConfigurationError
 from databricks.air.launcher import DistributedFunction
@@ -332,7 +332,9 @@ def test_remote_decoration_keeps_its_timeout(caplog: pytest.LogCaptureFixture) -
 # --- notes ---------------------------------------------------------------------------------------------------------
 
 
-def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCaptureFixture) -> None:
+def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validation, "_NOTED", set())  # as in a fresh process
     machine(8)
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
         distributed(num_accelerators=1)(train)
@@ -344,6 +346,19 @@ def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCapture
         distributed(num_accelerators=2, timeout=None)(train)
         distributed(num_accelerators=2, timeout=10)(train)
     assert [r for r in caplog.records if r.name == "databricks.air"] == []
+
+
+def test_each_decoration_note_is_given_once_per_process(machine, caplog: pytest.LogCaptureFixture,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A notebook cell that decorates is re-run many times: its notes are not repeated each time.
+    monkeypatch.setattr(validation, "_NOTED", set())
+    machine(8)
+    with caplog.at_level(logging.WARNING, logger="databricks.air"):
+        for _ in range(3):
+            distributed(num_accelerators=1)(train)
+    messages = [r.getMessage() for r in caplog.records if r.name == "databricks.air"]
+    assert sum("one rank" in m for m in messages) == 1
+    assert sum("default timeout of 10800 s" in m for m in messages) == 1
 
 
 def test_cpu_environment_overrides_a_gpu_type_in_code_with_a_note(

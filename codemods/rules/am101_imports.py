@@ -3,10 +3,16 @@
 * ``from serverless_gpu[.sub] import a, b as c`` -> ``from databricks.air[.sub] import a, b as c``;
 * ``import serverless_gpu[.sub] [as x]`` -> ``import databricks.air[.sub] [as x]``; without an alias, the code's
   ``serverless_gpu.y`` becomes ``databricks.air.y`` (with an alias, ``x.y`` is left as written);
+* the submodules are those ``databricks.air`` has under the same name (:data:`SUBMODULES`: ``launcher``, ``ray``,
+  ``compute``...); ``serverless_gpu.api``, an old path seen in public code, exports the top-level names, so it
+  becomes ``databricks.air`` itself (except in a plain ``import serverless_gpu.api``, whose uses would need
+  rewriting: reported); any other submodule has no counterpart and is reported, with its uses left as written;
 * an import that ``databricks.air`` already provides in this cell is removed rather than duplicated;
 * ``from serverless_gpu import *`` is rewritten and reported, since the names it brings are not visible;
 * imports under ``try``/``if``, ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that
-  mention ``serverless_gpu`` are reported, not rewritten (the ``serverless_gpu`` shim keeps them working).
+  are a module path into ``serverless_gpu`` (``"serverless_gpu.launcher.distributed"``, as ``mock.patch`` takes)
+  are reported for a person, not rewritten (the ``serverless_gpu`` shim keeps them working); any other string that
+  mentions it (a docstring, a log line, a message) is prose, and only noted (severity ``info``).
 
 Names are resolved by scope: a local variable called ``serverless_gpu``, or ``torch.distributed``, is never touched.
 
@@ -16,6 +22,7 @@ Safety: every rewrite is safe (``databricks.air`` exports the very objects ``ser
 
 from __future__ import annotations
 
+import re
 from typing import Collection, Optional, Set, Tuple, Union
 
 import libcst
@@ -26,14 +33,35 @@ from air_migrate.rule_base import CellContext, Rule, register
 
 OLD = "serverless_gpu"
 NEW = "databricks.air"
+SUBMODULES = frozenset({"compute", "data", "exceptions", "launcher", "ray", "runtime", "utils"})
+"""The modules of ``serverless_gpu`` that ``databricks.air`` has under the same name."""
+TOP_LEVEL_ALIASES = frozenset({"api"})
+"""Old submodules that hold the top-level names: they become ``databricks.air`` itself."""
 _IMPORT_FUNCTIONS = {"importlib.import_module", "import_module", "__import__"}
 
 
+def _is_old(dotted: Optional[str]) -> bool:
+    return dotted == OLD or (dotted or "").startswith(OLD + ".")
+
+
 def _renamed(dotted: Optional[str]) -> Optional[str]:
-    """``serverless_gpu[.x]`` -> ``databricks.air[.x]``; ``None`` for any other module."""
-    if dotted == OLD or (dotted or "").startswith(OLD + "."):
-        return NEW + dotted[len(OLD):]  # type: ignore[index]
-    return None
+    """``serverless_gpu[.x]`` -> ``databricks.air[.x]``; ``None`` for any other module, or an old submodule that has
+    no counterpart (:func:`_no_counterpart`)."""
+    if not _is_old(dotted) or _no_counterpart(dotted):
+        return None
+    parts = dotted.split(".")  # type: ignore[union-attr]
+    if len(parts) > 1 and parts[1] in TOP_LEVEL_ALIASES:
+        return NEW
+    return NEW + dotted[len(OLD):]  # type: ignore[index]
+
+
+def _no_counterpart(dotted: Optional[str]) -> Optional[str]:
+    """Why the old module ``dotted`` has no ``databricks.air`` counterpart to import instead, if it has none."""
+    parts = (dotted or "").split(".")
+    if len(parts) < 2 or parts[1] in SUBMODULES or (parts[1] in TOP_LEVEL_ALIASES and len(parts) == 2):
+        return None
+    return (f"{dotted} has no counterpart in {NEW} (its modules are {', '.join(sorted(SUBMODULES))}), so it is left "
+            f"as it is: import the names it gives from {NEW} or one of those modules")
 
 
 def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
@@ -85,12 +113,17 @@ class ImportsRule(Rule):
         self, original_node: libcst.Import, updated_node: libcst.Import
     ) -> Union[libcst.Import, libcst.RemovalSentinel]:
         self._import_depth -= 1
-        targets = [_renamed(get_full_name_for_node(alias.name)) for alias in original_node.names]
-        if not any(targets):
+        dotted = [get_full_name_for_node(alias.name) for alias in original_node.names]
+        if not any(_is_old(name) for name in dotted):
             return updated_node
         if self._guarded(original_node):
             self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand", attention=True)
             return updated_node
+        problem = self._left_as_written(original_node)
+        if problem is not None:
+            self.report(original_node, problem, attention=True)
+            return updated_node
+        targets = [_renamed(name) for name in dotted]
         names = []
         for alias, target in zip(updated_node.names, targets):
             names.append(alias.with_changes(name=_dotted(target)) if target else alias)
@@ -108,11 +141,15 @@ class ImportsRule(Rule):
         if original_node.relative:
             return updated_node
         old = get_full_name_for_node(original_node.module)
-        target = _renamed(old)
-        if target is None:
+        if not _is_old(old):
             return updated_node
+        target = _renamed(old) or NEW
         if self._guarded(original_node):
             self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand", attention=True)
+            return updated_node
+        problem = self._left_as_written(original_node)
+        if problem is not None:
+            self.report(original_node, problem, attention=True)
             return updated_node
         if isinstance(original_node.names, libcst.ImportStar):
             new_node = updated_node.with_changes(module=_dotted(target))
@@ -158,6 +195,7 @@ class ImportsRule(Rule):
             isinstance(binding, ImportAssignment)
             and isinstance(binding.node, libcst.Import)
             and not self._guarded(binding.node)
+            and self._left_as_written(binding.node) is None
             for binding in bindings
         ):
             new_node = _dotted(NEW)
@@ -177,12 +215,37 @@ class ImportsRule(Rule):
                         attention=True)
 
     def visit_SimpleString(self, node: libcst.SimpleString) -> None:
-        if OLD in node.value and node not in self._reported_strings:
-            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+        if OLD not in node.value or node in self._reported_strings:
+            return
+        if _MODULE_PATH.match(_string_text(node)):
+            self.report(node, f"a string names the module path {node.value}, left as it is: if code imports or "
+                        f"patches by it (mock.patch, import_module), write {NEW} there", attention=True)
+        else:
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
 
     def visit_FormattedString(self, node: libcst.FormattedString) -> None:
         if any(isinstance(part, libcst.FormattedStringText) and OLD in part.value for part in node.parts):
-            self.report(node, f"a string mentions {OLD}; it is left as it is", attention=True)
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
+
+    def _left_as_written(self, node: libcst.CSTNode) -> Optional[str]:
+        """Why an (unguarded) import of ``serverless_gpu`` cannot be rewritten, if it cannot: a module with no
+        counterpart, or a plain ``import serverless_gpu.api`` (its uses spell the module out)."""
+        if isinstance(node, libcst.ImportFrom):
+            module = get_full_name_for_node(node.module) if node.module is not None else None
+            if module == OLD and not isinstance(node.names, libcst.ImportStar):
+                for alias in node.names:
+                    name = get_full_name_for_node(alias.name) or ""
+                    if name in TOP_LEVEL_ALIASES:  # `from serverless_gpu import api`: a module databricks.air lacks
+                        return _top_level_alias_problem(f"{OLD}.{name}", None)
+            return _no_counterpart(module)
+        if isinstance(node, libcst.Import):
+            for alias in node.names:
+                name = get_full_name_for_node(alias.name)
+                if _is_old(name):
+                    found = _no_counterpart(name) or _top_level_alias_problem(name, alias.asname)
+                    if found is not None:
+                        return found
+        return None
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
         """Under ``try`` or ``if``: the import may be a fallback the author wants to keep."""
@@ -217,6 +280,28 @@ class _GuardedImports(libcst.CSTVisitor):
     def on_leave(self, original_node: libcst.CSTNode) -> None:
         if isinstance(original_node, (libcst.FunctionDef, libcst.ClassDef, libcst.Try, libcst.TryStar, libcst.If)):
             self._depths.pop()
+
+
+def _top_level_alias_problem(dotted: Optional[str], asname: Optional[libcst.AsName]) -> Optional[str]:
+    """``import serverless_gpu.api`` (no alias) and ``from serverless_gpu import api``: the module is used by its
+    name, which ``databricks.air`` does not have."""
+    parts = (dotted or "").split(".")
+    if len(parts) == 2 and parts[1] in TOP_LEVEL_ALIASES and asname is None:
+        return (f"{dotted} is {NEW} itself under an old name, which {NEW} does not have, so this import and its uses "
+                f"are left as they are: write `import {NEW} as {parts[1]}`, or import the names from {NEW}")
+    return None
+
+
+_MODULE_PATH = re.compile(rf"^\s*{OLD}(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_.]*)?\s*$")
+"""A string that is nothing but a dotted path into the old package (``"serverless_gpu.launcher.distributed"``,
+``"serverless_gpu:distributed"``): code may import or patch by it. Any other mention is prose (a docstring, a log
+line, a message), which only informs."""
+
+
+def _string_text(node: libcst.SimpleString) -> str:
+    """The string's characters between its quotes (prefix and quotes dropped, escapes left as written)."""
+    quote = node.quote
+    return node.value[len(node.prefix) + len(quote): len(node.value) - len(quote)]
 
 
 def _asname(alias: libcst.ImportAlias) -> Optional[str]:

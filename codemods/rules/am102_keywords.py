@@ -1,11 +1,14 @@
 """AM102: the old keywords ``gpus=`` and ``gpu_type=`` become ``num_accelerators=`` and ``accelerator_type=``.
 
 On ``distributed(...)`` and ``ray_launch(...)`` (as decorators or plain calls) of ``serverless_gpu`` or
-``databricks.air``, resolved by scope whatever the import's alias, and on ``.with_overrides(...)``
+``databricks.air``, or of the submodules that define them (``serverless_gpu.launcher``, ``serverless_gpu.ray``),
+resolved by scope whatever the import form or alias, and on ``.with_overrides(...)``
 (:mod:`air_migrate.rules.targets`). The value and its formatting are kept (GPU type values are AM103's and AM108's).
 Calls where the rename cannot be confirmed are reported and left: both the old and the new keyword given, or
 ``**kwargs`` the tool cannot see into (both block the file: it would be half-migrated). So is a call through a plain
-alias (``run_on = distributed``, then ``@run_on(gpus=8)``), which scope analysis does not follow.
+alias (``run_on = distributed``, then ``@run_on(gpus=8)``), which scope analysis does not follow, and any other call
+of something imported from either package that is given ``gpus=`` or ``gpu_type=`` (whatever it is, the tool does
+not know what it takes), so that ``--check`` never passes a file where an old keyword is left.
 
 Safety: safe; ``databricks.air`` takes the new names with the same meaning.
 """
@@ -19,7 +22,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import CellContext, Rule, register
-from air_migrate.rules.targets import LAUNCHERS, is_launch_call, launch_words, qualified_names
+from air_migrate.rules.targets import LAUNCHERS, is_launch_call, launch_words, package_callee, qualified_names
 
 RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}
 
@@ -52,6 +55,13 @@ class KeywordsRule(Rule):
             ):
                 self.report(original_node, f"{alias[0]} is an alias of {alias[1]}: its keywords are not rewritten "
                             f"here; call {alias[1]}(...) directly, or rename them by hand", blocking=True)
+                return updated_node
+            old = [arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES]
+            callee = package_callee(self.get_metadata, original_node) if old else None
+            if callee is not None:
+                self.report(old[0], f"{old[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
+                            "it is left as it is: check what that function takes (num_accelerators=, "
+                            "accelerator_type=?)", attention=True)
             return updated_node
         given = {arg.keyword.value for arg in original_node.args if arg.keyword is not None}
         old = [name for name in RENAMES if name in given]

@@ -3,7 +3,8 @@
 As the value of ``accelerator_type=`` (or the old ``gpu_type=``) on a ``distributed``/``ray_launch``/
 ``with_overrides`` call (:mod:`air_migrate.rules.targets`), ``GPUType.X`` of ``serverless_gpu.compute`` or
 ``databricks.air.compute`` (resolved by scope, through any import form or alias) maps by the same table as the
-strings (:mod:`air_migrate.rules.accelerator_types`; H100 by the literal count):
+strings (:mod:`air_migrate.rules.accelerator_types`; H100 by the count, a literal or a name bound once to
+one, :mod:`air_migrate.rules.bound_names`):
 
 * a name bound by ``from serverless_gpu.compute import GPUType [as T]``: ``T.H100`` -> ``AcceleratorType.GPU_8xH100``;
   that import gains ``AcceleratorType`` right after ``GPUType`` in the same statement (so in the same cell: never a
@@ -35,7 +36,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from air_migrate.rule_base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, FileScan, Rule, register
+from air_migrate.rules import bound_names
 from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for, unmappable
 from air_migrate.rules.targets import (
     launch_words,
@@ -46,6 +48,7 @@ from air_migrate.rules.targets import (
     literal_count,
     qualified_names,
 )
+from air_migrate.sources import SourceFile
 
 OLD_CLASS = "GPUType"
 NEW_CLASS = "AcceleratorType"
@@ -79,6 +82,10 @@ class GpuTypeMembersRule(Rule):
     CODE = "AM108"
     DESCRIPTION = "GPUType.X becomes AcceleratorType.Y (the table of the strings), its import adjusted (safe)"
     METADATA_DEPENDENCIES = (PositionProvider, ParentNodeProvider, ScopeProvider)
+
+    @classmethod
+    def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
+        return bound_names.scan_bound_names(source)  # counts given by name: `gpus=NUM_GPUS`
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__(context)
@@ -147,7 +154,7 @@ class GpuTypeMembersRule(Rule):
                 f"deprecated: use {NEW_CLASS} where a shape is meant)", False,
             )
             return False
-        count = literal_count(call)
+        count = literal_count(call, lambda name: bound_names.int_value(self, name))
         model = member.attr.value
         target = accelerator_type_for(model, count) if model in OLD_MODELS else None
         if target is None:

@@ -2,7 +2,10 @@
 
 A target is ``distributed(...)`` or ``ray_launch(...)`` of ``serverless_gpu`` or ``databricks.air`` (as a decorator
 or a plain call, resolved by scope through any import form or alias, never by spelling), or any
-``<function>.with_overrides(...)``. ``torch.distributed`` and a local function called ``distributed`` are not targets.
+``<function>.with_overrides(...)``. Each package offers them from its top level and from the submodules that define
+them (:data:`LAUNCHERS`: ``serverless_gpu.launcher.distributed``, ``serverless_gpu.ray.ray_launch``...), so ``from
+serverless_gpu.ray import ray_launch`` and ``import serverless_gpu.launcher as launcher`` reach them too.
+``torch.distributed`` and a local function called ``distributed`` are not targets.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from libcst.metadata import QualifiedName, ScopeProvider
 
 OLD_MODULE = "serverless_gpu"
 NEW_MODULE = "databricks.air"
+LAUNCHER_MODULES = {"distributed": ("", ".launcher"), "ray_launch": ("", ".ray")}
+"""Where each launcher is defined or exported, below either package."""
+OLD_ONLY_MODULES = (".api",)
+"""Old module paths with both launchers that ``databricks.air`` has no module for (:mod:`serverless_gpu.api`)."""
 LAUNCHERS = frozenset(
-    f"{module}.{name}" for module in (OLD_MODULE, NEW_MODULE) for name in ("distributed", "ray_launch")
+    [f"{package}{module}.{name}" for package in (OLD_MODULE, NEW_MODULE)
+     for name, modules in LAUNCHER_MODULES.items() for module in modules]
+    + [f"{OLD_MODULE}{module}.{name}" for module in OLD_ONLY_MODULES for name in LAUNCHER_MODULES]
 )
+"""The qualified names of the launchers, e.g. ``serverless_gpu.launcher.distributed``."""
+PACKAGES = (OLD_MODULE, NEW_MODULE)
 TYPE_KEYWORDS = ("accelerator_type", "gpu_type")
 """The keywords that carry a GPU or accelerator type, new name first."""
 COUNT_KEYWORDS = ("num_accelerators", "gpus")
@@ -103,10 +114,32 @@ def type_arg(call: libcst.Call) -> Optional[libcst.Arg]:
     return next((keywords[name] for name in TYPE_KEYWORDS if name in keywords), None)
 
 
-def literal_count(call: libcst.Call) -> Optional[int]:
-    """The count (``num_accelerators=`` or ``gpus=``) when it is an integer literal, else ``None``."""
+def count_arg(call: libcst.Call) -> Optional[libcst.Arg]:
+    """The argument that gives the count (``num_accelerators=`` or the old ``gpus=``), if any."""
     keywords = keyword_args(call)
-    arg = next((keywords[name] for name in COUNT_KEYWORDS if name in keywords), None)
-    if arg is not None and isinstance(arg.value, libcst.Integer):
+    return next((keywords[name] for name in COUNT_KEYWORDS if name in keywords), None)
+
+
+def literal_count(call: libcst.Call, resolve: Optional[Callable[[libcst.Name], Optional[int]]] = None) -> Optional[int]:
+    """The count (``num_accelerators=`` or ``gpus=``) when it is an integer literal, or a name ``resolve`` knows to
+    be bound to one (:func:`air_migrate.rules.bound_names.int_value`), else ``None``."""
+    arg = count_arg(call)
+    if arg is None:
+        return None
+    if isinstance(arg.value, libcst.Integer):
         return int(arg.value.evaluated_value)
+    if isinstance(arg.value, libcst.Name) and resolve is not None:
+        return resolve(arg.value)
     return None
+
+
+def package_callee(get_metadata: MetadataGetter, call: libcst.Call) -> Optional[str]:
+    """The qualified name of what ``call`` calls when it comes from either package and is not a launcher (say
+    ``serverless_gpu.launcher.DistributedFunction``), else ``None``."""
+    if not isinstance(call.func, (libcst.Name, libcst.Attribute)):
+        return None
+    names = {name.name for name in qualified_names(get_metadata, call.func)}
+    if not names or names & LAUNCHERS:
+        return None
+    ours = [name for name in names if any(name.startswith(package + ".") for package in PACKAGES)]
+    return sorted(ours)[0] if ours and len(ours) == len(names) else None

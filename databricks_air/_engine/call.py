@@ -203,6 +203,7 @@ class Call(abc.ABC):
             timeout_note=launch.timeout_note,
             hints=launch.hints,
             stop_report=self.stop_report,
+            live_ranks=range(launch.world_size) if launch.show_all_ranks else (0,),
         )
 
     def run(self) -> List[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import signal
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional
 
 from databricks.air._engine import likely_causes
 from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord, describe_status
@@ -83,17 +83,20 @@ def results_or_error(
     timeout_note: str = "",
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
+    live_ranks: Optional[Collection[int]] = None,
 ) -> List[Any]:
     """Every rank's return value in rank order, or what ended the call: a rank's own failure first, then an
     interrupt, then the timeout (``stop_reason``). Shared by local and Ray calls.
 
     ``name`` is the function's, for messages; ``log_dir`` holds every rank's output; ``timeout_note`` ends the
-    timeout message (how to change the limit); ``hints`` are :func:`build_error`'s; ``stop_report`` says where the
-    ranks were when stopping began.
+    timeout message (how to change the limit); ``hints``, ``stop_report`` (where the ranks were when stopping
+    began) and ``live_ranks`` are :func:`build_error`'s.
     """
     ordered = sorted(outcomes, key=lambda outcome: outcome.rank)
     if any(o.failed_on_its_own for o in ordered):
-        raise build_error(ordered, name, log_dir, hints, stop_report)
+        error = build_error(ordered, name, log_dir, hints, stop_report, live_ranks)
+        keep_tracebacks_in_logs(ordered)
+        raise error
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
@@ -115,8 +118,14 @@ def build_error(
     log_dir: str,
     hints: Optional[Mapping[str, str]] = None,
     stop_report: Optional[StopReport] = None,
+    live_ranks: Optional[Collection[int]] = None,
 ) -> DistributedExecutionError:
-    """The exception for a call in which at least one rank failed on its own."""
+    """The exception for a call in which at least one rank failed on its own.
+
+    Each thing is said once: the headline holds the error's message, the traceback its frames; the last lines of
+    the failed rank's output are left out when the user has just seen them live (``live_ranks``, rank 0 by
+    default).
+    """
     world_size = len(outcomes)
     failed = sorted((o for o in outcomes if o.failed_on_its_own), key=lambda o: o.failed_at)
     root = failed[0]
@@ -128,14 +137,16 @@ def build_error(
 
     headline = _headline(root, original, world_size)
     sections = [f"{name}: {headline}"]
-    if traceback_text:
-        sections.append(f"Traceback from rank {root.rank}:\n{traceback_text.rstrip()}")
+    frames = _frames_only(traceback_text, record) if traceback_text else ""
+    if frames:
+        sections.append(f"Traceback from rank {root.rank} (most recent call last):\n{frames}")
     tail = log_tail(root.log_path)
-    sections.append(
-        f"Last 50 lines of rank {root.rank}'s output ({root.log_path}):\n{tail}"
-        if tail
-        else f"Rank {root.rank} wrote no output ({root.log_path})."
-    )
+    if root.rank not in (live_ranks if live_ranks is not None else (0,)):
+        sections.append(
+            f"Last 50 lines of rank {root.rank}'s output ({root.log_path}):\n{tail}"
+            if tail
+            else f"Rank {root.rank} wrote no output ({root.log_path})."
+        )
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
     causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
@@ -154,6 +165,38 @@ def build_error(
     if isinstance(original, (RankExitError, DistributedExecutionError)):
         return DistributedExecutionError(message, **report)
     return combine_with_rank_exception(original, message, **report)
+
+
+def _frames_only(traceback_text: str, record: Optional[RankRecord]) -> str:
+    """A rank's traceback without its first line (``Traceback (most recent call last):``) and without its last,
+    the exception's own line, which the headline already says."""
+    text = traceback_text.rstrip("\n")
+    header = "Traceback (most recent call last):\n"
+    if text.startswith(header):
+        text = text[len(header):]
+    if record is not None:
+        message = record.message or ""
+        ending = f": {message}" if message else (record.error_type or "")
+        cut = text.rfind("\n", 0, len(text) - len(ending)) if ending and text.endswith(ending) else -1
+        if cut >= 0 and not text[cut + 1:].startswith(" "):  # the exception's line, not a frame's source line
+            text = text[:cut]
+    return text
+
+
+def keep_tracebacks_in_logs(outcomes: Iterable[RankOutcome]) -> None:
+    """Append each rank's traceback to its log (``rank_<r>.txt``), where a user reading the file expects it.
+
+    A rank does not print its own traceback: the caller's report shows it once; written to the live output too, it
+    would be read twice (three times with the log's tail)."""
+    for outcome in outcomes:
+        record = outcome.record
+        if record is None or outcome.kind is not OutcomeKind.RAISED or not record.traceback:
+            continue
+        try:
+            with open(outcome.log_path, "a", encoding="utf-8", errors="replace") as log:
+                log.write(record.traceback if record.traceback.endswith("\n") else record.traceback + "\n")
+        except OSError:
+            pass  # the log is the user's to keep; a report without it is still whole
 
 
 def _headline(root: RankOutcome, original: BaseException, world_size: int) -> str:

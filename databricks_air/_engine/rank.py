@@ -111,8 +111,7 @@ def run_function(files: CallFiles, rank: int) -> int:
     except KeyboardInterrupt as error:
         record = _failure(OutcomeKind.INTERRUPTED, error)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the caller
-        record = _failure(OutcomeKind.RAISED, error)
-        sys.stderr.write(record.traceback)
+        record = _failure(OutcomeKind.RAISED, error)  # its traceback: in the caller's report, then in this log
     else:
         try:
             write_value_file(RankRecord.returned(value), files.result(rank))
@@ -165,7 +164,6 @@ def run(call_dir: str, rank: int) -> None:
         status = run_function(files, rank)
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
         record = _failure(OutcomeKind.RAISED, error)
-        sys.stderr.write(record.traceback)
         write_value_file(record, files.result(rank))
     finish(status)
 

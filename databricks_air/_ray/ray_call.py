@@ -47,11 +47,11 @@ def forwarded_environ(environ: Dict[str, str], cwd: str) -> Dict[str, str]:
     forwarded = {key: value for key, value in environ.items() if key.startswith(FORWARDED_PREFIXES)}
     uri = forwarded.get("MLFLOW_TRACKING_URI")
     if uri:
-        forwarded["MLFLOW_TRACKING_URI"] = _absolute_store(uri, cwd)
+        forwarded["MLFLOW_TRACKING_URI"] = absolute_store(uri, cwd)
     return forwarded
 
 
-def _absolute_store(uri: str, cwd: str) -> str:
+def absolute_store(uri: str, cwd: str) -> str:
     """A local MLflow store named relative to the caller's directory, named absolutely (ranks run elsewhere)."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///"):])
@@ -62,7 +62,7 @@ def _absolute_store(uri: str, cwd: str) -> str:
     return uri
 
 
-def _max_resources() -> Optional[Dict[str, float]]:
+def max_resources() -> Optional[Dict[str, float]]:
     """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
     try:
         from ray._private.state import state
@@ -92,7 +92,7 @@ class RayCall(Call):
     def start(self, deadline: Optional[float]) -> None:
         """Connect (to ``RAY_ADDRESS``, unless this process is connected), reserve, start the hosts and the ranks."""
         session.ensure_connected()
-        self.reserve(self.request.bundle(self.ray.nodes(), _max_resources()), deadline)
+        self.reserve(self.request.bundle(self.ray.nodes(), max_resources()), deadline)
         self.start_hosts(deadline)
         self.start_ranks(deadline)
 

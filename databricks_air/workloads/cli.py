@@ -56,7 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "(beats the file's idempotency_token)")
     run.add_argument("--no-cache", action="store_true", help="accepted for compatibility: snapshots are always taken "
                      "afresh here")
-    run.add_argument("--backend", default="local", help="where the run goes (local: this machine)")
+    run.add_argument("--backend", default="local", choices=("local", "ray"),
+                     help="where the run goes: local (this machine, the default) or ray (a Ray cluster)")
+    run.add_argument("--address", default=None, help="--backend ray: the cluster's dashboard (http://HEAD:8265) or "
+                     "its address (HEAD:6379, ray://HEAD:10001); default: RAY_ADDRESS")
+    run.add_argument("--nodes", type=int, default=None, help="--backend ray, CPU workloads: how many nodes (a "
+                     "divisor of compute.num_accelerators; default 1)")
+    run.add_argument("--wait-for-nodes", action="store_true", help="--backend ray: do not refuse a workload that "
+                     "the cluster's nodes cannot hold now (an autoscaling cluster may add nodes); the run waits")
     _globals(run, top=False)
 
     get = commands.add_parser("get", help="show a run", description="Show a run's configuration and facts.")
@@ -132,7 +139,8 @@ class Output:
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     submission = runs.submit(args.file, args.override, args.idempotency_key, backend=args.backend,
-                             dry_run=args.dry_run)
+                             dry_run=args.dry_run, backend_options={"address": args.address, "nodes": args.nodes,
+                                                                    "wait_for_nodes": args.wait_for_nodes})
     for note in submission.notes:
         out.note(note)
     if submission.run is None:
@@ -145,11 +153,14 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     if submission.created:
         run = _wait_for_mlflow_run(run)
     text = [f"Experiment: {run.spec.experiment_name}", f"Run ID: {run.run_id} ({run.state.status})"]
+    dashboard = render.dashboard_url(run)
+    if dashboard:
+        text.append(f"Ray job: {dashboard}")
     link = render.mlflow_line(run)
     if link:
         text.append(link)
     text.append(f"Follow it: air logs {run.run_id}   (or air get {run.run_id}; submit with --watch to follow at once)")
-    out.data({"status": run.state.status, "run_id": run.run_id, "dashboard_url": None, "created": submission.created,
+    out.data({"status": run.state.status, "run_id": run.run_id, "dashboard_url": dashboard, "created": submission.created,
               **render.mlflow_fields(run)}, "\n".join(text))
     return 0
 
@@ -171,7 +182,7 @@ def _wait_for_mlflow_run(run: runs.Run, seconds: float = 20.0) -> runs.Run:
 
 def _watch(run: runs.Run, out: Output) -> int:
     if out.json:
-        out.event({"type": "SUBMITTED", "run_id": run.run_id, "dashboard_url": None})
+        out.event({"type": "SUBMITTED", "run_id": run.run_id, "dashboard_url": render.dashboard_url(run)})
     else:
         out.note(f"run {run.run_id} submitted ({run.spec.experiment_name}); following node 0 (Ctrl-C stops "
                  f"following, not the run: air cancel {run.run_id})")

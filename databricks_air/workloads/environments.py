@@ -75,7 +75,7 @@ def _parent_site_dirs() -> List[str]:
     return found
 
 
-def _local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
+def local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
     """The local files an entry depends on: a ``-r``/``-c`` file and what it names in turn, or a path to a wheel,
     an archive or a project folder (relative paths from ``base_dir``, where pip runs)."""
     words = shlex.split(requirement, comments=True)
@@ -99,7 +99,7 @@ def _local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
         if os.path.isfile(path) and depth < 5:
             with open(path, encoding="utf-8", errors="replace") as stream:
                 for line in stream:
-                    found += _local_files(line, base_dir, depth + 1)
+                    found += local_files(line, base_dir, depth + 1)
     return found
 
 
@@ -120,7 +120,7 @@ def _fingerprint(path: str) -> str:
 
 def environment_key(dependencies: Sequence[str], base_dir: str) -> str:
     """What identifies an environment: the interpreter, the current environment, the entries and their files."""
-    files = {path: _fingerprint(path) for entry in dependencies for path in _local_files(entry, base_dir)}
+    files = {path: _fingerprint(path) for entry in dependencies for path in local_files(entry, base_dir)}
     identity = {
         "python": os.path.realpath(sys.executable),
         "version": sys.version,
@@ -219,3 +219,24 @@ def describe(dependencies: Optional[Sequence[str]]) -> str:
     if not dependencies:
         return "the current Python environment (no extra dependencies)"
     return "current environment + " + ", ".join(dependencies)
+
+
+def main(argv: List[str]) -> int:
+    """``python -m databricks.air.workloads.environments REQUEST RESULT``: build (or reuse) the environment that
+    the JSON file ``REQUEST`` describes (``{"dependencies": [...], "base_dir": ...}``), pip's output on stdout,
+    and write ``{"path": ..., "reused": ...}`` to ``RESULT``; exit status 3 with the reason on stderr if pip fails.
+    How a node of a cluster installs the dependencies, under its keeper (so that a stop stops pip too)."""
+    with open(argv[0], encoding="utf-8") as stream:
+        request = json.load(stream)
+    try:
+        prepared = prepare(request["dependencies"], request["base_dir"], sys.stdout.buffer)
+    except DependencyInstallError as error:
+        print(f"[air] {error}", file=sys.stderr, flush=True)
+        return 3
+    with open(argv[1], "w", encoding="utf-8") as stream:
+        json.dump({"path": prepared.path, "reused": prepared.reused}, stream)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -16,6 +16,7 @@ import time
 from typing import Iterator, List, Optional, Tuple
 
 from databricks.air import log_patterns
+from databricks.air.workloads import backends
 from databricks.air.workloads.errors import InvalidArguments
 from databricks.air.workloads.node_output import read_times
 from databricks.air.workloads import statuses
@@ -225,6 +226,12 @@ def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional
     Without ``attempt`` it follows the latest attempt and moves on to each retry; with one, only that attempt.
     ``whole_lines=False`` gives what was written as it comes, in ``LOG`` events without alerts (for a terminal).
     """
+    with backends.get(run.spec.backend).following(run.folder):
+        yield from _follow(run, node, attempt, tail, minutes, whole_lines, poll)
+
+
+def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], minutes: Optional[float],
+            whole_lines: bool, poll: float) -> Iterator[LogEvent]:
     pinned = attempt is not None
     current = attempt if pinned else choose_attempt(run, -1)
     offset = _start(run, current, node, tail, minutes) if os.path.exists(run.folder.node_log(current, node)) else 0

@@ -9,6 +9,9 @@ are not set: the command's own launcher (torchrun) sets them per process.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
 from typing import Dict, Mapping, Optional
 
 # Variables of an outer launcher that would mislead the command's own (this process may itself run under one).
@@ -16,42 +19,73 @@ _INHERITED_NOT_PASSED = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "MLFLO
                          "MLFLOW_EXPERIMENT_ID", "TORCHELASTIC_RUN_ID", "HYPERPARAMETERS_PATH")
 
 
-def node_environ(
-    base: Mapping[str, str],
-    *,
-    num_nodes: int,
-    node_rank: int,
-    master_addr: str,
-    master_port: int,
-    local_world_size: int,
-    code_source_path: str,
-    hyperparameters_path: Optional[str],
-    tracking: Optional[Mapping[str, str]],
-    workload_variables: Mapping[str, str],
-) -> Dict[str, str]:
-    """``base`` (the submitter's environment), then the workload's ``env_variables`` and secrets, then the node's
-    variables, which the runtime owns (a workload's ``MASTER_PORT`` would break rendezvous)."""
-    environ = {name: value for name, value in base.items() if name not in _INHERITED_NOT_PASSED}
-    environ.setdefault("NCCL_DEBUG", "WARN")
-    environ.setdefault("PYTHONUNBUFFERED", "1")  # output reaches the log (and --watch) as it is printed
-    environ.update(workload_variables)
-    environ.update(
-        {
-            "NUM_NODES": str(num_nodes),
-            "NODE_RANK": str(node_rank),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
-            "WORLD_SIZE": str(num_nodes * local_world_size),
-            "LOCAL_WORLD_SIZE": str(local_world_size),
-            "CODE_SOURCE_PATH": code_source_path,
-            "MLFLOW_SYSTEM_METRICS_NODE_ID": f"node_{node_rank}",
-        }
-    )
-    if hyperparameters_path is not None:
-        environ["HYPERPARAMETERS_PATH"] = hyperparameters_path
-    if tracking:
-        environ.update(tracking)
-    return environ
+@dataclasses.dataclass(frozen=True)
+class NodeVariables:
+    """What the runtime sets for one node's command (upstream's variables), apart from what it is set on."""
+
+    num_nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    local_world_size: int
+    code_source_path: str
+    hyperparameters_path: Optional[str]
+    tracking: Optional[Mapping[str, str]]
+    """``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``... of the attempt's MLflow run (``None``: not tracked)."""
+    workload_variables: Mapping[str, str]
+    """The workload's ``env_variables`` and secrets."""
+    device_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """``CUDA_VISIBLE_DEVICES`` where the runtime chooses the node's devices (CPU ranks: none)."""
+
+    def relocated(self, old_root: str, new_root: str) -> "NodeVariables":
+        """The same variables on a node where the run's files are under ``new_root`` rather than ``old_root`` (each
+        node of a cluster has its own copy of them)."""
+
+        def move(path: Optional[str]) -> Optional[str]:
+            if path is None or not (path == old_root or path.startswith(old_root.rstrip(os.sep) + os.sep)):
+                return path
+            return new_root + path[len(old_root):]
+
+        return dataclasses.replace(self, code_source_path=move(self.code_source_path) or self.code_source_path,
+                                   hyperparameters_path=move(self.hyperparameters_path))
+
+    def environ(self, base: Mapping[str, str]) -> Dict[str, str]:
+        """``base`` (the submitter's environment, or the node's), then the workload's ``env_variables`` and
+        secrets, then the node's variables, which the runtime owns (a workload's ``MASTER_PORT`` would break
+        rendezvous)."""
+        environ = {name: value for name, value in base.items() if name not in _INHERITED_NOT_PASSED}
+        environ.setdefault("NCCL_DEBUG", "WARN")
+        environ.setdefault("PYTHONUNBUFFERED", "1")  # output reaches the log (and --watch) as it is printed
+        environ.update(self.device_variables)
+        environ.update(self.workload_variables)
+        environ.update(
+            {
+                "NUM_NODES": str(self.num_nodes),
+                "NODE_RANK": str(self.node_rank),
+                "MASTER_ADDR": self.master_addr,
+                "MASTER_PORT": str(self.master_port),
+                "WORLD_SIZE": str(self.num_nodes * self.local_world_size),
+                "LOCAL_WORLD_SIZE": str(self.local_world_size),
+                "CODE_SOURCE_PATH": self.code_source_path,
+                "MLFLOW_SYSTEM_METRICS_NODE_ID": f"node_{self.node_rank}",
+            }
+        )
+        if self.hyperparameters_path is not None:
+            environ["HYPERPARAMETERS_PATH"] = self.hyperparameters_path
+        if self.tracking:
+            environ.update(self.tracking)
+        return environ
+
+
+def with_interpreter_on_path(environ: Mapping[str, str]) -> Dict[str, str]:
+    """``environ`` with this interpreter's folder first on ``PATH``: the command's ``python``, ``pip`` and
+    ``torchrun`` are those of the environment air runs in, even when it is not activated (a venv's ``bin/air``
+    started by its path), as the runtime's environment is on Databricks."""
+    copy = dict(environ)
+    here = os.path.dirname(sys.executable)
+    if here not in copy.get("PATH", "").split(os.pathsep):
+        copy["PATH"] = os.pathsep.join(filter(None, [here, copy.get("PATH", "")]))
+    return copy
 
 
 RUNTIME_VARIABLES = ("NUM_NODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",

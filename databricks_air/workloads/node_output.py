@@ -20,7 +20,8 @@ REDACTED = b"[REDACTED]"
 MIN_REDACTED_LENGTH = 4
 """Shorter values are not redacted: replacing every ``1`` or ``ab`` of a log would make it unreadable."""
 _TIME_RECORD = struct.Struct("<Qd")
-_TIME_STEP = 0.25
+TIME_STEP = 0.25
+"""Seconds between two records of a ``.times`` file, at least."""
 
 AlertHandler = Callable[[log_patterns.LogMatch], None]
 
@@ -69,8 +70,8 @@ class NodeOutput:
         if not data:
             return
         now = time.time()
-        if now - self._last_time >= _TIME_STEP:
-            self._times.write(_TIME_RECORD.pack(self._written, now))
+        if now - self._last_time >= TIME_STEP:
+            write_time(self._times, self._written, now)
             self._last_time = now
         self._log.write(data)
         self._written += len(data)
@@ -103,6 +104,11 @@ class NodeOutput:
                 self._line = b""
             self._log.close()
             self._times.close()
+
+
+def write_time(stream: BinaryIO, offset: int, when: float) -> None:
+    """Record in a ``.times`` file that the log's byte ``offset`` was printed at ``when``."""
+    stream.write(_TIME_RECORD.pack(offset, when))
 
 
 def read_times(times_path: str) -> List[Tuple[int, float]]:

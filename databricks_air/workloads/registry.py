@@ -76,6 +76,10 @@ class RunFolder:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
+    def node_file(self, name: str) -> str:
+        """Where the nodes' commands find the run's file ``name`` (on a cluster: in their copy of the run's files)."""
+        return self.file(name)
+
     @property
     def code_dir(self) -> str:
         return self.file("code")

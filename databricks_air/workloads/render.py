@@ -69,6 +69,11 @@ def mlflow_fields(run: Run) -> Dict[str, Any]:
     }
 
 
+def dashboard_url(run: Run) -> Optional[str]:
+    """Where the run shows on its cluster's dashboard (the Ray job's page); ``None`` on this machine."""
+    return run.state.owner.get("dashboard_url")
+
+
 def run_data(run: Run) -> Dict[str, Any]:
     """``get -o json``'s ``data``: upstream's fields, then ours."""
     spec, state = run.spec, run.state
@@ -79,7 +84,7 @@ def run_data(run: Run) -> Dict[str, Any]:
         "duration_seconds": round(state.duration, 3) if state.duration is not None else None,
         "attempt_number": state.attempt_number,
         "experiment_name": spec.experiment_name,
-        "dashboard_url": None,
+        "dashboard_url": dashboard_url(run),
         **mlflow_fields(run),
         "run_name": spec.run_name,
         "submitted_at": iso(state.submitted_at),
@@ -189,7 +194,8 @@ def run_text(run: Run, configuration: str) -> str:
         ("User", spec.user),
         ("Accelerators", spec.accelerators),
         ("Environment", environments.describe(spec.dependencies)),
-        ("Backend", spec.backend),
+        ("Backend", spec.backend + (f" ({spec.node_plan.num_nodes} nodes)" if spec.node_plan.num_nodes > 1 else "")),
+        *([("Dashboard", dashboard_url(run) or "")] if dashboard_url(run) else []),
         ("Run folder", run.folder.path),
     ]
     width = max(len(name) for name, _ in facts)

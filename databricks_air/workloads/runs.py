@@ -77,8 +77,11 @@ def _timeout_seconds(workload: Workload, environ: Mapping[str, str]) -> Optional
 
 def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[str] = None, *,
            backend: str = backends.DEFAULT, dry_run: bool = False,
-           environ: Optional[Mapping[str, str]] = None) -> Submission:
+           environ: Optional[Mapping[str, str]] = None,
+           backend_options: Optional[Mapping[str, object]] = None) -> Submission:
     """Validate the workload file and start a run of it (or, with ``dry_run``, only validate it).
+
+    ``backend_options`` are the chosen backend's own (the Ray backend's ``address``, ``nodes``...).
 
     Raises:
         WorkloadFileError: the file or an override breaks a rule (nothing was recorded).
@@ -91,7 +94,7 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
         if not idempotency_key or len(idempotency_key) > MAX_TOKEN:
             raise InvalidArguments(f"--idempotency-key must be 1-{MAX_TOKEN} characters, not {len(idempotency_key)}")
     workload, notes = loading.load(path, overrides)
-    chosen = backends.get(backend)
+    chosen = backends.get(backend, **dict(backend_options or {}))
     if dry_run:
         try:
             chosen.plan(workload)

@@ -15,12 +15,15 @@ import sys
 import threading
 import time
 import traceback
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 
 from databricks.air import _variables, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
 from databricks.air.workloads.errors import WorkloadError
-from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher, exit_codes_summary
+from databricks.air.workloads.backends.base import (
+    AttemptLaunch, CannotPlace, NodeGroup, NodeLauncher, exit_codes_summary,
+)
+from databricks.air.workloads.node_environment import NodeVariables
 from databricks.air.workloads.node_output import NodeOutput
 from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import Alert, Attempt, RunSpec, RunState
@@ -52,13 +55,18 @@ class Supervisor:
     """Runs a run's attempts; :meth:`run` returns its final status."""
 
     def __init__(self, folder: RunFolder, launcher: NodeLauncher, environ: Optional[Mapping[str, str]] = None,
-                 wake: Optional[threading.Event] = None) -> None:
+                 wake: Optional[threading.Event] = None, woken_reason: Optional[str] = None,
+                 echo: Optional[Callable[[int, int], BinaryIO]] = None) -> None:
         self.folder = folder
         self.launcher = launcher
         self.environ = dict(os.environ if environ is None else environ)
         self.spec: RunSpec = folder.read_spec()
         self.wake = wake or threading.Event()
-        """Set (by a signal handler, say) to make the supervisor look at the cancel request at once."""
+        """Set (by a signal handler, say) to make the supervisor stop the run at once."""
+        self.woken_reason = woken_reason or f"stopped: the supervisor (pid {os.getpid()}) received SIGTERM"
+        """Why the run stopped when :attr:`wake` was set without a cancel request in the folder."""
+        self.echo = echo
+        """Where a node's output goes besides its log (``echo(attempt, node)``), after secrets are redacted."""
         self._alerts: Dict[Tuple[int, int, str], Alert] = {}
         self._alerts_changed = False
         self._alerts_lock = threading.Lock()
@@ -79,7 +87,7 @@ class Supervisor:
         spec = self.spec
         secrets = secret_store.resolve(secret_refs(spec), self.environ)
         environment = None
-        if spec.dependencies is not None:
+        if spec.dependencies is not None and not self.launcher.installs_dependencies:
             self._update(message="installing environment.dependencies")
             os.makedirs(self.folder.attempt_dir(0), exist_ok=True)
             with open(self.folder.node_log(0, 0), "ab") as log:
@@ -92,8 +100,8 @@ class Supervisor:
             if self._cancel_asked():
                 status, reason = statuses.CANCELED, "canceled before the attempt started"
                 break
-            status, reason = self._attempt(number, script, secrets, environment, deadline_seconds)
-            if status in (statuses.SUCCESS, statuses.CANCELED) or number == spec.max_retries:
+            status, reason, final = self._attempt(number, script, secrets, environment, deadline_seconds)
+            if final or status in (statuses.SUCCESS, statuses.CANCELED) or number == spec.max_retries:
                 break
             self._update(status=statuses.WAITING_FOR_RETRY,
                          message=f"attempt {number} {status}: {reason}; retry {number + 1} of {spec.max_retries} next")
@@ -110,7 +118,48 @@ class Supervisor:
 
     def _attempt(self, number: int, script: str, secrets: Dict[str, str],
                  environment: Optional[environments.PreparedEnvironment],
-                 timeout: Optional[float]) -> Tuple[str, str]:
+                 timeout: Optional[float]) -> Tuple[str, str, bool]:
+        """Run attempt ``number``: ``(status, reason, final)``, ``final`` when retrying cannot help."""
+        spec, plan = self.spec, self.spec.node_plan
+        started = time.time()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            group = self._reserve(number, deadline)
+        except CannotPlace as error:
+            return self._attempt_not_started(number, started, statuses.FAILED, str(error)) + (True,)
+        except TimeoutError as error:
+            return self._attempt_not_started(number, started, statuses.TIMEDOUT, str(error)) + (False,)
+        except Exception as error:  # noqa: BLE001 - nodes that cannot be had now: a failed attempt, retried
+            traceback.print_exc(file=sys.stderr)
+            return self._attempt_not_started(number, started, statuses.FAILED,
+                                             f"the attempt's nodes could not be reserved: {error}") + (False,)
+        if group is None:
+            return self._attempt_not_started(number, started, statuses.CANCELED, self._cancel_reason()) + (True,)
+        try:
+            return self._run_attempt(number, group, script, secrets, environment, started, timeout)
+        finally:
+            try:
+                group.close()
+            except Exception:  # noqa: BLE001 - the attempt's outcome stands; what was left is reported
+                traceback.print_exc(file=sys.stderr)
+
+    def _reserve(self, number: int, deadline: Optional[float]) -> Optional[NodeGroup]:
+        """The attempt's nodes, or ``None`` when a cancel came while waiting for them."""
+        plan = self.spec.node_plan
+        if self.launcher.reserves_nodes:
+            self._update(message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
+                                 f"{'CPU' if plan.cpu else 'GPU'}(s)")
+        return self.launcher.reserve(plan, deadline, self._cancel_asked)
+
+    def _attempt_not_started(self, number: int, started: float, status: str, reason: str) -> Tuple[str, str]:
+        """Record an attempt whose nodes were never had."""
+        self._update(message=None, new_attempt=Attempt(number, status, started),
+                     end_attempt=(status, time.time(), None, reason))
+        return status, reason
+
+    def _run_attempt(self, number: int, group: NodeGroup, script: str, secrets: Dict[str, str],
+                     environment: Optional[environments.PreparedEnvironment], started: float,
+                     timeout: Optional[float]) -> Tuple[str, str, bool]:
         spec, plan = self.spec, self.spec.node_plan
         log_paths = [self.folder.node_log(number, node) for node in range(plan.num_nodes)]
         tracked = None
@@ -118,8 +167,7 @@ class Supervisor:
             tracked = attempt_tracking.TrackedAttempt.open(
                 spec, number, [self.folder.file(registry.CONFIG), self.folder.file(registry.HYPERPARAMETERS)],
                 log_paths)
-        started = time.time()
-        port = self.launcher.free_port()
+        port = group.master_port()
         self._update(
             status=statuses.RUNNING,
             message=None,
@@ -129,19 +177,22 @@ class Supervisor:
         )
         outputs = [
             NodeOutput(log_paths[node], self.folder.node_times(number, node), secrets.values(),
-                       on_alert=lambda found, node=node: self._alert(number, node, found))
+                       on_alert=lambda found, node=node: self._alert(number, node, found),
+                       echo=self.echo(number, node) if self.echo else None)
             for node in range(plan.num_nodes)
         ]
-        status, reason, codes = statuses.FAILED, "", None
+        status, reason, codes, final = statuses.FAILED, "", None, False
         try:
-            launch = AttemptLaunch(number, script, spec.code_path, self._environs(port, secrets, environment,
-                                                                                     tracked), outputs,
-                                   grace_seconds())
+            launch = AttemptLaunch(number, script, spec.code_path, self._base_environ(environment),
+                                   self._node_variables(group, port, secrets, tracked), outputs, grace_seconds(),
+                                   spec.dependencies if self.launcher.installs_dependencies else None)
             if tracked is not None:
                 tracked.start()
-            group = self.launcher.start(launch)
+            group.start(launch)
             self._update(owner_update={"attempt": group.owner()})
             status, reason, codes = self._wait(group, started, timeout)
+        except environments.DependencyInstallError as error:
+            status, reason, final = statuses.FAILED, str(error), True
         except Exception as error:  # noqa: BLE001 - an attempt that cannot start is a failed attempt
             traceback.print_exc(file=sys.stderr)
             status, reason = statuses.FAILED, f"the attempt could not start: {error}"
@@ -162,31 +213,32 @@ class Supervisor:
                     tracked.close(status, reason)
                 except Exception:  # noqa: BLE001 - the attempt's outcome stands even if its run cannot be closed
                     traceback.print_exc(file=sys.stderr)
-        return status, reason
+        return status, reason, final
 
-    def _environs(self, port: int, secrets: Dict[str, str], environment: Optional[environments.PreparedEnvironment],
-                  tracked: Optional[attempt_tracking.TrackedAttempt]) -> List[Dict[str, str]]:
-        spec, plan = self.spec, self.spec.node_plan
-        base = dict(self.environ)
-        # The command's python, pip and torchrun are those of the environment air runs in, even when it is not
-        # activated (a venv's bin/air started by its path), as the runtime's environment is on Databricks.
-        here = os.path.dirname(sys.executable)
-        if here not in base.get("PATH", "").split(os.pathsep):
-            base["PATH"] = os.pathsep.join(filter(None, [here, base.get("PATH", "")]))
+    def _base_environ(self, environment: Optional[environments.PreparedEnvironment]) -> Dict[str, str]:
+        """The environment the nodes' variables are set on, where this supervisor runs."""
+        base = node_environment.with_interpreter_on_path(self.environ)
         if environment is not None:
             environment.apply(base)
+        return base
+
+    def _node_variables(self, group: NodeGroup, port: int, secrets: Dict[str, str],
+                        tracked: Optional[attempt_tracking.TrackedAttempt]) -> List[NodeVariables]:
+        spec, plan = self.spec, self.spec.node_plan
+        hyperparameters = self.folder.node_file(registry.HYPERPARAMETERS) if spec.has_parameters else None
+        address = group.master_address()
         if plan.cpu:
-            base["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks: the command sees no GPU, as on a CPU node
+            devices = {"CUDA_VISIBLE_DEVICES": ""}  # CPU ranks: the command sees no GPU, as on a CPU node
         elif plan.visible_devices is not None:
-            base["CUDA_VISIBLE_DEVICES"] = plan.visible_devices
-        hyperparameters = self.folder.file(registry.HYPERPARAMETERS) if spec.has_parameters else None
-        variables = {**spec.env_variables, **secrets}
+            devices = {"CUDA_VISIBLE_DEVICES": plan.visible_devices}
+        else:
+            devices = {}
         return [
-            node_environment.node_environ(
-                base, num_nodes=plan.num_nodes, node_rank=node, master_addr=self.launcher.node_address(),
-                master_port=port, local_world_size=plan.local_world_size, code_source_path=spec.code_path,
+            NodeVariables(
+                num_nodes=plan.num_nodes, node_rank=node, master_addr=address, master_port=port,
+                local_world_size=plan.local_world_size, code_source_path=spec.code_path,
                 hyperparameters_path=hyperparameters, tracking=tracked.environ() if tracked else None,
-                workload_variables=variables,
+                workload_variables={**spec.env_variables, **secrets}, device_variables=devices,
             )
             for node in range(plan.num_nodes)
         ]
@@ -220,7 +272,7 @@ class Supervisor:
     def _cancel_reason(self) -> str:
         if self.folder.cancel_requested:
             return "canceled (air cancel)"
-        return f"stopped: the supervisor (pid {os.getpid()}) received SIGTERM"
+        return self.woken_reason
 
     def _sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; True if a cancel came meanwhile."""

@@ -119,3 +119,20 @@ class Workload:
     def run_name(self) -> str:
         """The MLflow run name: ``mlflow_run_name``, else the experiment name."""
         return self.mlflow_run_name or self.experiment_name
+
+    @property
+    def databricks_only_fields(self) -> Tuple[str, ...]:
+        """The fields this file sets that only Databricks uses (permissions, policies, reserved capacity...)."""
+        found = [name for name in ("permissions", "usage_policy_name", "usage_policy_id", "mlflow_artifact_location")
+                 if self.document.get(name) is not None]
+        found += [f"compute.{name}" for name in ("pool_id", "provisioned_capacity_id", "priority_class")
+                  if (self.document.get("compute") or {}).get(name) is not None]
+        return tuple(found)
+
+    @property
+    def image_field(self) -> Optional[str]:
+        """``environment.docker_image`` or ``environment.unity_catalog_image``, as the file spells it, if set."""
+        if self.environment.image is None:
+            return None
+        return "unity_catalog_image" if "unity_catalog_image" in (self.document.get("environment") or {}) \
+            else "docker_image"

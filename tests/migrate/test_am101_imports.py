@@ -104,8 +104,16 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
             "import importlib\nm = importlib.import_module('serverless_gpu.runtime')\n",
             (2, 5, True, "a dynamic import of 'serverless_gpu.runtime' is left as it is: import databricks.air instead"),
         ),
-        ('"""Trains with serverless_gpu."""\n', (1, 1, True, "a string mentions serverless_gpu; it is left as it is")),
-        ('x = f"{n} GPUs of serverless_gpu"\n', (1, 5, True, "a string mentions serverless_gpu; it is left as it is")),
+        (
+            "import mock\np = mock.patch('serverless_gpu.launcher.distributed')\n",
+            (2, 16, True, "a string names the module path 'serverless_gpu.launcher.distributed', left as it is: if "
+                          "code imports or patches by it (mock.patch, import_module), write databricks.air there"),
+        ),
+        # Prose: a note (info), never an item for a person (issue 16 §11).
+        ('"""Trains with serverless_gpu."""\n',
+         (1, 1, False, "a string mentions serverless_gpu (prose, not code); it is left as it is")),
+        ('x = f"{n} GPUs of serverless_gpu"\n',
+         (1, 5, False, "a string mentions serverless_gpu (prose, not code); it is left as it is")),
     ],
 )
 def test_what_is_not_rewritten_is_reported(source: str, finding: tuple) -> None:

@@ -57,7 +57,7 @@ def test_a_dotted_import_of_the_module_is_followed_and_kept_while_pyspark_is_use
         "import pyspark.ml.torch.distributor\n"
         "from databricks.air import distributed\n"
         "import pyspark.sql.functions\n\n"
-        "@distributed(num_accelerators=2)\n"
+        "@distributed(num_accelerators=2, timeout=None)\n"
         "def train():\n    return 1\n\n"
         "train.distributed()\n"
         "column = pyspark.sql.functions.col('x')\n"
@@ -112,14 +112,14 @@ def test_the_rules_can_be_left_out() -> None:
 @pytest.mark.parametrize(
     "arguments, decorator",
     [
-        ("", "distributed(num_accelerators=1)"),
-        ("3", "distributed(num_accelerators=3)"),
-        ("3, True", "distributed(num_accelerators=3)"),
-        ("2, True, False", 'distributed(num_accelerators=2, accelerator_type="CPU")'),
-        ("use_gpu=False", 'distributed(num_accelerators=1, accelerator_type="CPU")'),
-        ("local_mode=True, num_processes=16", "distributed(num_accelerators=16)"),
-        ("num_processes=torch.cuda.device_count(), use_gpu=True", "distributed()"),
-        ("cuda.device_count()", "distributed()"),
+        ("", "distributed(num_accelerators=1, timeout=None)"),
+        ("3", "distributed(num_accelerators=3, timeout=None)"),
+        ("3, True", "distributed(num_accelerators=3, timeout=None)"),
+        ("2, True, False", 'distributed(num_accelerators=2, accelerator_type="CPU", timeout=None)'),
+        ("use_gpu=False", 'distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)'),
+        ("local_mode=True, num_processes=16", "distributed(num_accelerators=16, timeout=None)"),
+        ("num_processes=torch.cuda.device_count(), use_gpu=True", "distributed(timeout=None)"),
+        ("cuda.device_count()", "distributed(timeout=None)"),
     ],
 )
 def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: str) -> None:
@@ -136,8 +136,8 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
     [
         ("num_processes=0", "num_processes=0 is not a number of ranks (TorchDistributor raises ValueError for it): "
                             "write 1 or more"),
-        ("n", "num_processes is not an integer literal, so air-migrate cannot carry it over to "
-              "@distributed(num_accelerators=...): write the number, or migrate by hand"),
+        ("n", "num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot carry "
+              "it over to @distributed(num_accelerators=...): write the number, or migrate by hand"),
         ("torch.cuda.device_count(), use_gpu=False", "num_processes=torch.cuda.device_count() with use_gpu=False "
                                                      "counts GPUs for CPU ranks: write the number of CPU ranks"),
         ("2, use_gpu=GPU", "use_gpu= is not True or False as written, so air-migrate cannot tell what it runs on: "
@@ -168,7 +168,7 @@ def test_a_used_value_keeps_rank_zeros_meaning_in_any_expression() -> None:
     out, report = migrate(source)
     assert "    return train.distributed()[0]\n" in out
     assert "print((train.distributed()[0]))\n" in out
-    assert codes(report) == ["AM204 change", "AM201 change", "AM202 review", "AM202 review"]
+    assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM202 review", "AM202 review"]
 
 
 def test_a_local_distributor_is_followed_in_its_function() -> None:
@@ -178,10 +178,10 @@ def test_a_local_distributor_is_followed_in_its_function() -> None:
     )
     out, report = migrate(source)
     assert out == (
-        "from databricks.air import distributed\n\n@distributed(num_accelerators=2)\ndef train():\n    return 1\n\n"
+        "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "def main():\n    # the run\n    train.distributed()\n"
     )
-    assert codes(report) == ["AM204 change", "AM201 change", "AM205 change", "AM201 change"]
+    assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM205 change", "AM201 change"]
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ def test_a_local_distributor_is_followed_in_its_function() -> None:
         ("train = make_train()\n", "train is not bound by a def here: run a module-level def"),
         ("def train():\n    return 1\n\ndef train():\n    return 2\n",
          "train is bound more than once in this file, so air-migrate cannot tell which function runs: keep one def"),
-        ("from databricks.air import distributed\n\n@distributed(num_accelerators=2)\ndef train():\n    return 1\n",
+        ("from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n",
          "train is already decorated with distributed: call train.distributed(...) instead"),
         ("", "train is not defined in this file (a %run notebook, or a cell air-migrate cannot read?): the "
              "decorator goes on its def, so migrate where it is defined"),
@@ -213,14 +213,22 @@ def test_a_function_passed_by_keyword_is_reported() -> None:
                               "position")
 
 
-def test_a_distributor_bound_twice_is_not_followed() -> None:
+def test_a_distributor_bound_twice_runs_its_last_binding_and_one_bound_under_an_if_is_not_followed() -> None:
     source = (
         f"{IMPORT}\ndef train():\n    return 1\n\n"
         "d = TorchDistributor(2)\nd = TorchDistributor(4)\nd.run(train)\n"
     )
     out, report = migrate(source)
-    assert out == source
-    assert report == ["job.py:8:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
+    assert out == (
+        f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=4, timeout=None)\n"
+        "def train():\n    return 1\n\nd = TorchDistributor(2)\ntrain.distributed()\n"
+    )
+    assert "job.py:6:1: AM212 manual d = TorchDistributor(...) is never run in this file, so it is left as it is " \
+           "(and so is its import): remove it if nothing else uses it" in report
+    conditional = source.replace("d = TorchDistributor(4)\n", "if big:\n    d = TorchDistributor(4)\n")
+    out, report = migrate(conditional)
+    assert out == conditional
+    assert report == ["job.py:9:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
                       "air-migrate cannot tell which distributor runs here: migrate it by hand"]
 
 
@@ -231,7 +239,7 @@ def test_a_distributor_never_run_is_kept_with_its_import_and_said_so() -> None:
     )
     out, report = migrate(source)
     assert out == (
-        f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=2)\ndef train():\n"
+        f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\nspare = TorchDistributor(8)\ntrain.distributed()\n"
     )
     assert "job.py:6:1: AM212 manual spare = TorchDistributor(...) is never run in this file, so it is left as it is " \
@@ -286,7 +294,7 @@ def test_statements_that_go_leave_their_comments_and_a_valid_block() -> None:
     assert out == (  # d2 is never run, so the old import stays, and the new one joins it
         "import os; from pyspark.ml.torch.distributor import TorchDistributor; import sys\n"
         "from databricks.air import distributed\n\n"
-        "@distributed(num_accelerators=2)\ndef train():\n    return 1\n\n"
+        "@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "if os.environ.get('GPU'):\n    # one per GPU\n    pass\n"
         "else:\n    d2 = TorchDistributor(2); print('one')\n"
         "train.distributed()\n"
@@ -299,7 +307,7 @@ def test_the_import_replaces_the_old_one_in_place_keeping_its_comment_and_line_e
     source = (IMPORT.rstrip("\n") + "  # launcher\n\ndef train():\n    return 1\n\nTorchDistributor().run(train)\n")
     out, _ = migrate(source.replace("\n", "\r\n"))
     assert out == (
-        "from databricks.air import distributed  # launcher\r\n\r\n@distributed(num_accelerators=1)\r\n"
+        "from databricks.air import distributed  # launcher\r\n\r\n@distributed(num_accelerators=1, timeout=None)\r\n"
         "def train():\r\n    return 1\r\n\r\ntrain.distributed()\r\n"
     )
 
@@ -311,10 +319,10 @@ def test_an_existing_decorator_import_is_reused_under_its_own_name() -> None:
     )
     out, report = migrate(source)
     assert out == (
-        "from databricks.air import distributed as launch\n\n@launch(num_accelerators=2)\ndef train():\n"
+        "from databricks.air import distributed as launch\n\n@launch(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\ntrain.distributed()\n"
     )
-    assert codes(report) == ["AM204 change", "AM201 change", "AM201 change"]
+    assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM201 change"]
 
 
 def test_a_serverless_gpu_import_is_migrated_and_reused_in_the_same_run() -> None:
@@ -324,7 +332,7 @@ def test_a_serverless_gpu_import_is_migrated_and_reused_in_the_same_run() -> Non
     )
     out, _ = migrate(source)
     assert out == (
-        "from databricks.air import distributed\n\n@distributed(num_accelerators=2)\ndef train():\n"
+        "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\ntrain.distributed()\n"
     )
 
@@ -341,10 +349,10 @@ def test_the_import_is_bound_again_after_each_restart_for_each_function() -> Non
     out, _ = migrate(source)
     assert out == (
         "# Databricks notebook source\nfrom databricks.air import distributed\n\n"
-        "@distributed(num_accelerators=2)\ndef train():\n    return 1\n\n"
+        "@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
         "from databricks.air import distributed\n\n"
-        "@distributed(num_accelerators=2)\ndef evaluate():\n    return 2\n\n"
+        "@distributed(num_accelerators=2, timeout=None)\ndef evaluate():\n    return 2\n\n"
         "# COMMAND ----------\n\n"
         "train.distributed()\nevaluate.distributed()\n"
     )
@@ -371,15 +379,16 @@ def test_insertions_are_reported_with_what_they_add() -> None:
     result = migrate_file("job.py", source.encode(), RULES)
     found = {(r.code, r.line, r.column, r.before, r.after, r.severity) for r in result.records}
     assert found == {
-        ("AM201", 1, 1, "", '@distributed(num_accelerators=1, accelerator_type="CPU")', "change"),
+        ("AM201", 1, 1, "", '@distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)', "change"),
         ("AM204", 1, 1, "", "from databricks.air import distributed", "change"),
         ("AM204", 4, 1, IMPORT.strip(), "", "change"),
         ("AM201", 5, 1, "TorchDistributor(use_gpu=False).run(train)", "train.distributed()", "change"),
         ("AM203", 5, 18, "use_gpu=False", 'accelerator_type="CPU"', "review"),
+        ("AM218", 1, 1, None, None, "review"),
     }
     assert result.migrated == (
         "from databricks.air import distributed\n\n\n"
-        '@distributed(num_accelerators=1, accelerator_type="CPU")\ndef train():\n    return 1\n\n'
+        '@distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)\ndef train():\n    return 1\n\n'
         "train.distributed()\n"
     ).encode()
 
@@ -394,9 +403,9 @@ def test_an_aliased_decorator_import_is_bound_again_after_a_restart_from_databri
     out, _ = migrate(source)
     assert out == (
         "# Databricks notebook source\nimport databricks.air as sg\n"
-        "\n@sg.distributed(num_accelerators=2)\ndef train():\n    return 1\n\n"
+        "\n@sg.distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
         "import databricks.air as sg\n\n"
-        "@sg.distributed(num_accelerators=2)\ndef evaluate():\n    return 2\n\n"
+        "@sg.distributed(num_accelerators=2, timeout=None)\ndef evaluate():\n    return 2\n\n"
         "train.distributed()\nevaluate.distributed()\n"
     )

@@ -68,3 +68,30 @@ def test_files_without_torch_distributor_are_not_looked_at() -> None:
     )
     result = migrate_file("job.py", source.encode(), [REGISTRY["AM217"]])
     assert not result.relevant and result.records == []
+
+
+def test_a_session_built_in_two_statements_is_reported_where_it_is_created() -> None:
+    source = (
+        "# Databricks notebook source\nfrom pyspark.sql import SparkSession\n"
+        "from pyspark.ml.torch.distributor import TorchDistributor\n\n"
+        'builder = SparkSession.builder.appName("train")\n'
+        'builder = builder.config("spark.task.resource.gpu.amount", "1")\n\n'
+        "# COMMAND ----------\n\nspark = builder.getOrCreate()\nspark.conf.set('a', 'b')\n\n"
+        "def session():\n    local = SparkSession.builder.master('local[2]')\n    return local.getOrCreate()\n\n"
+        "def later():\n    return builder.getOrCreate()\n"
+    )
+    assert report(source) == [
+        f"job.py:cell 2:10:9: AM217 manual {SESSION}",
+        f"job.py:cell 2:11:1: AM217 manual {CONF}",
+        f"job.py:cell 2:15:12: AM217 manual {SESSION}",
+        f"job.py:cell 2:18:12: AM217 manual {SESSION}",
+    ]
+
+
+def test_a_variable_that_holds_something_else_is_not_a_builder() -> None:
+    source = (
+        "from pyspark.sql import SparkSession\nfrom pyspark.ml.torch.distributor import TorchDistributor\n"
+        "builder = make_builder()\nfactory = SparkSession\nbuilder.getOrCreate()\nfactory.getOrCreate()\n"
+        "def f(builder):\n    return builder.getOrCreate()\n"
+    )
+    assert report(source) == []

@@ -87,7 +87,7 @@ def test_a_migrated_torch_distributor_notebook_runs_and_gives_rank_zeros_value(
     sources = [cell.source for cell in migrated.cells if cell.cell_type == "code"]
     assert not any(re.search(r"pyspark|TorchDistributor", source) for source in sources), sources
     assert sources[2].startswith('# One training run, on every rank.\n@distributed(num_accelerators=2, '
-                                 'accelerator_type="CPU")\ndef train(steps):\n')
+                                 'accelerator_type="CPU", timeout=None)\ndef train(steps):\n')
     assert sources[4] == 'result = train.distributed(5)[0]\nprint("RESULT", result)'
     assert main(["--check", str(path)]) == 0  # nothing left to migrate
 

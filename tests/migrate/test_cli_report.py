@@ -73,7 +73,7 @@ def _check_record(record: Dict[str, Any]) -> None:
     if record["end_line"] is not None:
         assert record["end_line"] >= record["line"]
     assert re.fullmatch(r"AM\d{3}", record["code"])
-    assert record["severity"] in ("change", "review", "manual", "blocking")
+    assert record["severity"] in ("info", "change", "review", "manual", "blocking")
     assert isinstance(record["message"], str) and record["message"]
     for key in ("before", "after"):
         assert record[key] is None or isinstance(record[key], str)
@@ -83,7 +83,8 @@ def _check_document(document: Any) -> None:
     assert isinstance(document, dict) and set(document) == {"version", "summary", "records", "errors"}
     assert document["version"] == 1
     summary = document["summary"]
-    assert set(summary) == {"mode", "scanned", "relevant", "changed", "changes", "needs_person", "blocked", "failed"}
+    assert set(summary) == {"mode", "scanned", "relevant", "changed", "changes", "needs_person", "blocked", "failed",
+                            "notes"}
     assert summary["mode"] in ("write", "diff", "check", "out-dir", "stdin")
     assert all(isinstance(summary[key], int) and summary[key] >= 0 for key in summary if key != "mode")
     assert isinstance(document["records"], list) and isinstance(document["errors"], list)
@@ -112,7 +113,7 @@ def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
         as_text.append(f"{where}:{r['line']}:{r['col']}: {r['code']} {r['severity']} {r['message']}")
     assert as_text == text_records
     assert document["summary"] == {"mode": "check", "scanned": 7, "relevant": 5, "changed": 3, "changes": 12,
-                                   "needs_person": 2, "blocked": 1, "failed": 1}
+                                   "needs_person": 2, "blocked": 1, "failed": 1, "notes": 0}
     assert document["errors"] == [{"file": "g.py", "message": "not UTF-8 (invalid continuation byte at byte 20)"}]
     assert err.endswith("air-migrate: 7 file(s) scanned, 5 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
                         "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "

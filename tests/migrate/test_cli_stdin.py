@@ -68,7 +68,7 @@ def test_a_py_name_wins_over_json_looking_content(
     assert main(["--stdin-filename", "data.py", "-"]) == 0  # read as a script: a dict literal holding strings
     out, err = capsysbinary.readouterr()
     assert out == NOTEBOOK.encode()
-    assert " change " not in err.decode() and "data.py:19:5: AM101 manual a string mentions" in err.decode()
+    assert " change " not in err.decode() and "data.py:19:5: AM101 info a string mentions" in err.decode()
 
 
 def test_the_diff_of_a_notebook_on_stdin_is_per_cell(

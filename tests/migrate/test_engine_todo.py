@@ -59,14 +59,20 @@ def test_changes_and_review_items_get_no_marker() -> None:
 
 
 def test_markers_go_below_a_shebang_and_keep_the_line_ending() -> None:
-    source = '#!/usr/bin/env python\r\n"""Trains with serverless_gpu."""\r\nx = 1\r\n'
-    marker = "# TODO(air-migrate AM101): a string mentions serverless_gpu; it is left as it is\r\n"
-    assert text(migrate(source)) == source.replace('"""Trains', marker + '"""Trains')
+    source = '#!/usr/bin/env python\r\nm = __import__("serverless_gpu")\r\nx = 1\r\n'
+    marker = '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import databricks.air ' \
+             "instead\r\n"
+    assert text(migrate(source)) == source.replace("m = ", marker + "m = ")
+
+
+def test_a_note_gets_no_marker() -> None:
+    source = '"""Trains with serverless_gpu."""\nx = 1\n'  # a mention in prose is a note (info), nothing to do
+    assert migrate(source).migrated is None
 
 
 DATABRICKS = (
     "# Databricks notebook source\n"
-    '"""Trains with serverless_gpu."""\n'
+    'm = __import__("serverless_gpu")\n'
     "\n"
     "# COMMAND ----------\n"
     "\n"
@@ -81,7 +87,8 @@ DATABRICKS = (
 def test_in_a_databricks_source_markers_stay_in_python_cells_below_the_header() -> None:
     result = migrate(DATABRICKS, "nb.py")
     assert text(result) == DATABRICKS.replace(
-        '"""Trains', "# TODO(air-migrate AM101): a string mentions serverless_gpu; it is left as it is\n" + '"""Trains'
+        "m = ", '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import '
+        'databricks.air instead\n' + "m = "
     ).replace("from serverless_gpu", "from databricks.air")
     assert text(result).startswith("# Databricks notebook source\n# TODO")
     assert "# MAGIC %pip install serverless_gpu\n\n" in text(result)  # reported (AM110), no marker in a MAGIC cell

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,21 +17,46 @@ _OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Any]:
-    """Two Ray nodes of 2 CPUs each on 127.0.0.1, the head with a dashboard; torn down at the end of the session."""
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two Ray nodes of 2 CPUs each on 127.0.0.1, the head with a dashboard (and the job submission API); torn down
+    at the end of the session.
+
+    Its processes (and so every job, actor and command on it) see this interpreter's ``python`` first on ``PATH``,
+    a ``DATABRICKS_AIR_HOME`` of their own (workload environments are cached there) and no package index.
+    """
     import ray
     from ray.cluster_utils import Cluster
 
     node = {"node_ip_address": "127.0.0.1", "num_cpus": CPUS_PER_NODE, "object_store_memory": _OBJECT_STORE_BYTES}
-    dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port()}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, **dashboard})
+    # Every port picked free: Ray's defaults (the head's dashboard agent on 52365...) may be another cluster's.
+    dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
+                 "dashboard_agent_listen_port": free_port()}
+    cluster_environment = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "DATABRICKS_AIR_HOME": str(tmp_path_factory.mktemp("cluster-air-home")),
+        "PIP_NO_INDEX": "1",
+    }
+    with pytest.MonkeyPatch.context() as patch:  # the nodes keep the environment they were started with
+        for name, value in cluster_environment.items():
+            patch.setenv(name, value)
+        cluster = Cluster(initialize_head=True, head_node_args={**node, **dashboard})
+        try:
+            cluster.add_node(**node)
+        except BaseException:
+            cluster.shutdown()
+            raise
     try:
-        cluster.add_node(**node)
         cluster.wait_for_nodes()
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def dashboard(ray_cluster: Any) -> str:
+    """The session cluster's dashboard: what ``air run --backend ray --address`` and ``ray job submit`` take."""
+    return f"http://{ray_cluster.webui_url}"
 
 
 @pytest.fixture(scope="session")

@@ -158,4 +158,4 @@ def test_only_portable_variables_of_the_caller_travel(tmp_path) -> None:
     ],
 )
 def test_a_relative_mlflow_store_is_named_from_the_callers_directory(uri: str, expected: str) -> None:
-    assert remote_call._absolute_store(uri, "/base") == expected
+    assert remote_call.absolute_store(uri, "/base") == expected

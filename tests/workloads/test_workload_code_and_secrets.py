@@ -3,11 +3,9 @@ dependencies installed once into a cached environment."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import subprocess
-import zipfile
 from pathlib import Path
 from typing import List
 
@@ -18,7 +16,7 @@ from databricks.air.workloads.gitignore import IgnoreRules, parse_line
 from databricks.air.workloads.node_output import REDACTED, NodeOutput, read_times
 from databricks.air.workloads.workload import CodeSource, GitPin
 
-from workload_support import air, envelope, state, submit, wait_for, wait_for_end, write_workload
+from workload_support import air, envelope, make_wheel, state, submit, wait_for, wait_for_end, write_workload
 
 # --- .gitignore ------------------------------------------------------------------------------------------------------
 
@@ -182,26 +180,8 @@ def test_redaction_holds_across_writes_and_times_are_recorded(tmp_path: Path) ->
 # --- dependencies ----------------------------------------------------------------------------------------------------
 
 
-def _wheel(folder: Path, name: str, version: str, source: str) -> Path:
-    """A pure-Python wheel, made by hand (nothing downloaded, no build backend needed)."""
-    dist_info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": source.encode(),
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()] + [f"{dist_info}/RECORD,,"]
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, data in files.items():
-            archive.writestr(member, data)
-    return path
-
-
 def test_dependencies_are_installed_once_and_reused(tmp_path: Path) -> None:
-    _wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 42\n")
+    make_wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 42\n")
     (tmp_path / "requirements.txt").write_text("./airtinypkg-0.1-py3-none-any.whl\n")
     command = ('python -c "import airtinypkg, torch; print(airtinypkg.VALUE)"\n'
                'python -c "import sys; print(sys.prefix)"')
@@ -214,7 +194,7 @@ def test_dependencies_are_installed_once_and_reused(tmp_path: Path) -> None:
     assert environment.startswith(str(Path(os.environ["DATABRICKS_AIR_HOME"]) / "envs"))
     second = air("run", "-f", str(path), "--watch")
     assert second.returncode == 0 and second.stdout == f"42\n{environment}\n"  # no pip this time
-    _wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 43\n")  # the same name, other content: another environment
+    make_wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 43\n")  # the same name, other content: another environment
     third = air("run", "-f", str(path), "--watch")
     assert third.returncode == 0 and "43\n" in third.stdout and environment not in third.stdout
 

@@ -336,3 +336,18 @@ def test_a_follower_that_polls_after_several_changes_still_reports_each_one() ->
     assert history[-1] == [statuses.PENDING, statuses.RUNNING, statuses.WAITING_FOR_RETRY, statuses.RUNNING,
                            statuses.WAITING_FOR_RETRY, statuses.RUNNING, statuses.SUCCESS]
     assert at("CANCELED", 0) == [statuses.PENDING, statuses.CANCELED]
+
+
+def test_options_of_the_ray_backend_are_checked_before_anything_is_recorded(tmp_path: Path) -> None:
+    path = write_workload(tmp_path, command="echo never")
+    local = air("run", "-f", str(path), "--nodes", "2")
+    assert local.returncode == 2 and "--nodes: not an option of the local backend" in local.stderr
+    assert "--backend ray" in local.stderr
+    no_address = air("run", "-f", str(path), "--backend", "ray", env={"RAY_ADDRESS": ""})
+    assert no_address.returncode == 2 and "--backend ray needs the Ray cluster's address" in no_address.stderr
+    uneven = air("run", "-f", str(path), "--backend", "ray", "--address", "http://127.0.0.1:9", "--nodes", "3")
+    assert uneven.returncode == 2 and "--nodes 3: the node count must divide compute.num_accelerators (2)" \
+        in uneven.stderr
+    nobody = air("run", "-f", str(path), "--backend", "ray", "--address", "http://127.0.0.1:9")
+    assert nobody.returncode != 0 and "no Ray dashboard answers at http://127.0.0.1:9" in nobody.stderr
+    assert envelope(air("list", "--all-status", "-o", "json"))["data"]["runs"] == []

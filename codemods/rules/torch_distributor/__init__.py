@@ -12,6 +12,7 @@ A file travels through it in this order:
   across cells;
 * :mod:`~air_migrate.rules.torch_distributor.survey`: one cell's part of those facts;
 * :mod:`~air_migrate.rules.torch_distributor.plan`: the whole file's rewrite, decided once every cell is surveyed;
+* :mod:`~air_migrate.rules.torch_distributor.comments`: the comments of what the rewrite takes out, kept;
 * :mod:`~air_migrate.rules.torch_distributor.rule`: AM201, which makes each cell's part of the plan;
 * :mod:`~air_migrate.rules.torch_distributor.spark_setup`: AM217, Spark session setup, reported and never changed.
 """

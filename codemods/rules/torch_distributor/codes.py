@@ -26,6 +26,7 @@ DEEPSPEED = "AM214"
 WRITEFILE = "AM215"
 NAME_CLASH = "AM216"
 SPARK_SETUP = "AM217"
+NO_TIME_LIMIT = "AM218"
 
 DESCRIPTIONS: Dict[str, str] = {
     RANK_ZERO: "review: a used return value of TorchDistributor.run becomes fn.distributed(...)[0] (rank 0's value, "
@@ -46,4 +47,6 @@ DESCRIPTIONS: Dict[str, str] = {
     WRITEFILE: "blocking: a %%writefile cell or a magic line uses TorchDistributor (not read; a cell in another "
                "language that mentions it is reported as manual)",
     NAME_CLASH: "blocking: `distributed` already names something else, so the decorator cannot be added",
+    NO_TIME_LIMIT: "review: the new decorator says timeout=None, since TorchDistributor.run had no time limit "
+                   "(@distributed's default stops a call after 3 hours)",
 }

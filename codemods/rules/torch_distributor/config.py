@@ -6,10 +6,15 @@ that order, or by keyword. (Its docstring says ``local_mode`` defaults to false;
 is what runs.) A configuration carries over only when every value is known exactly:
 
 * ``num_processes``: an integer literal of 1 or more is ``num_accelerators=N``; ``torch.cuda.device_count()`` is the
-  decorator's own default, every GPU of the node;
+  decorator's own default, every GPU of the node, and so is a name bound once to it (``n =
+  torch.cuda.device_count()``, then ``num_processes=n``: a module-level name is settled once every cell is known,
+  :attr:`Reading.count_name`);
 * ``local_mode``: ``True`` (or left out); ``False`` runs on the Spark cluster's workers, which ``@distributed`` (one
   node) does not do;
 * ``use_gpu``: ``True`` (or left out) is GPU ranks; ``False`` is CPU ranks, ``accelerator_type="CPU"``.
+
+``TorchDistributor.run`` has no time limit, while ``@distributed`` stops a call after 3 hours unless told otherwise,
+so every decorator written says ``timeout=None``: the old behaviour, in plain sight.
 
 Anything else (a name, an expression, ``*args``, ``**kwargs``, a keyword it does not know) is a problem, reported
 with its own code, since guessing would run on a different number or kind of devices.
@@ -28,6 +33,8 @@ PARAMETERS = ("num_processes", "local_mode", "use_gpu")
 """The constructor's parameters, in their positional order."""
 ALL_GPUS = None
 """The count that means every GPU of the node (``num_processes=torch.cuda.device_count()``)."""
+NO_TIME_LIMIT = "timeout=None"
+"""What keeps ``TorchDistributor.run``'s lack of a time limit on the decorator."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +46,16 @@ class Config:
     cpu: bool = False
     """``use_gpu=False``: CPU ranks."""
 
-    def decorator_arguments(self) -> str:
-        """The decorator's argument list, e.g. ``num_accelerators=2, accelerator_type="CPU"``."""
+    def settings(self) -> str:
+        """What the ranks run on, as the decorator's arguments: ``num_accelerators=2, accelerator_type="CPU"``."""
         arguments = [] if self.count is ALL_GPUS else [f"num_accelerators={self.count}"]
         if self.cpu:
             arguments.append('accelerator_type="CPU"')
         return ", ".join(arguments)
+
+    def decorator_arguments(self) -> str:
+        """The decorator's argument list: the settings, then ``timeout=None``."""
+        return ", ".join(part for part in (self.settings(), NO_TIME_LIMIT) if part)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +68,15 @@ class Problem:
 
 
 @dataclasses.dataclass(frozen=True)
+class CountName:
+    """``num_processes=n`` with ``n`` a module-level name: what it is bound to is known once every cell is."""
+
+    name: str
+    arg: libcst.Arg
+    cpu: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class Reading:
     """A constructor call read: its configuration, or the problems that keep it from having one."""
 
@@ -64,10 +84,31 @@ class Reading:
     problems: List[Problem]
     use_gpu: Optional[libcst.Arg] = None
     """The ``use_gpu`` argument when it is ``False`` (where the report says CPU ranks are an extension)."""
+    count_name: Optional[CountName] = None
+    """The count is a module-level name, to settle with :meth:`settled` (the configuration is ``None`` until then)."""
+
+    def settled(self, all_gpus: bool) -> "Reading":
+        """The reading once :attr:`count_name` is known to be bound once to ``torch.cuda.device_count()`` (or not)."""
+        pending = self.count_name
+        assert pending is not None
+        if all_gpus and not pending.cpu:
+            return Reading(Config(ALL_GPUS), [], None)
+        problem = _device_count_for_cpu(pending.arg) if all_gpus else _not_a_literal(pending.arg, pending.name)
+        return Reading(None, [problem])
 
 
-def read_constructor(call: libcst.Call, is_device_count: Callable[[libcst.BaseExpression], bool]) -> Reading:
-    """Read ``TorchDistributor(...)``; ``is_device_count`` tells ``torch.cuda.device_count()`` calls (by scope)."""
+NAME_ALL_GPUS, NAME_AT_MODULE_LEVEL = "all_gpus", "module_level"
+"""What a name given as the count can be found to be, where it is read (see :func:`read_constructor`)."""
+
+
+def read_constructor(
+    call: libcst.Call,
+    is_device_count: Callable[[libcst.BaseExpression], bool],
+    read_name: Callable[[libcst.Name], Optional[str]] = lambda name: None,
+) -> Reading:
+    """Read ``TorchDistributor(...)``; ``is_device_count`` tells ``torch.cuda.device_count()`` calls (by scope), and
+    ``read_name`` what a name given as the count is: :data:`NAME_ALL_GPUS` (a local bound once to that call),
+    :data:`NAME_AT_MODULE_LEVEL` (a module-level name, settled later), or ``None`` (anything else)."""
     given, problems = _bind(call)
     local_mode = _boolean(given.get("local_mode"), True, "local_mode", problems)
     if local_mode is False:
@@ -79,7 +120,14 @@ def read_constructor(call: libcst.Call, is_device_count: Callable[[libcst.BaseEx
             given["local_mode"],
         ))
     use_gpu = _boolean(given.get("use_gpu"), True, "use_gpu", problems)
-    count = _count(given.get("num_processes"), is_device_count, use_gpu is False, problems)
+    count_arg = given.get("num_processes")
+    found = read_name(count_arg.value) if count_arg is not None and isinstance(count_arg.value, libcst.Name) else None
+    if found == NAME_AT_MODULE_LEVEL:
+        if problems or use_gpu is None:
+            return Reading(None, problems)
+        return Reading(None, [], count_name=CountName(count_arg.value.value, count_arg, not use_gpu))  # type: ignore
+    count = _count(count_arg, lambda value: found == NAME_ALL_GPUS or is_device_count(value), use_gpu is False,
+                   problems)
     if problems or use_gpu is None:
         return Reading(None, problems)
     config = Config(count, cpu=not use_gpu)
@@ -141,10 +189,19 @@ def _count(
     if is_device_count(value) and not cpu:
         return ALL_GPUS
     if is_device_count(value):
-        problems.append(Problem(CONFIG, "num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs "
-                                        "for CPU ranks: write the number of CPU ranks", arg))
+        problems.append(_device_count_for_cpu(arg))
         return None
-    problems.append(Problem(CONFIG, "num_processes is not an integer literal, so air-migrate cannot carry it over "
-                                    "to @distributed(num_accelerators=...): write the number, or migrate by hand",
-                            arg))
+    problems.append(_not_a_literal(arg, value.value if isinstance(value, libcst.Name) else None))
     return None
+
+
+def _device_count_for_cpu(arg: libcst.Arg) -> Problem:
+    return Problem(CONFIG, "num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: "
+                           "write the number of CPU ranks", arg)
+
+
+def _not_a_literal(arg: libcst.Arg, name: Optional[str]) -> Problem:
+    what = (f"num_processes={name}, and {name} is not bound once to torch.cuda.device_count()" if name else
+            "num_processes is not an integer literal")
+    return Problem(CONFIG, f"{what}, so air-migrate cannot carry it over to @distributed(num_accelerators=...): "
+                           "write the number, or migrate by hand", arg)

@@ -75,6 +75,8 @@ class Construction:
     """``d = TorchDistributor(...)``: the variable."""
     assign: Optional[libcst.Assign] = None
     """The assignment, alone on its line or not: what is removed with the variable."""
+    statement: Optional[libcst.SimpleStatementLine] = None
+    """The line of the assignment (whose trailing comment goes with it when the assignment is all it holds)."""
     method: Optional[MethodCall] = None
     """``TorchDistributor(...).run(...)``: the call made on it directly."""
 
@@ -94,6 +96,11 @@ class Binding:
     """Under a module-level ``try`` or ``if``: it may not have run."""
     construction: Optional[Construction] = None
     """``name = TorchDistributor(...)``."""
+    device_count: bool = False
+    """``name = torch.cuda.device_count()`` (or annotated): a count that means every GPU of the node."""
+    straight: bool = False
+    """A statement of its scope's own block (not under an ``if``, a loop, a ``try``...): it runs, in file order,
+    whenever the code around it does. Only those let a variable bound several times be followed."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -102,6 +109,10 @@ class Use:
 
     var: Var
     node: libcst.CSTNode
+    where: Where = (0, 0, 0)
+    deferred: bool = False
+    """Inside a function (or lambda) of the variable's scope: it runs when that is called, not where it is
+    written, so which of several bindings it reads cannot be told from the text."""
     method: Optional[MethodCall] = None
     """The variable is the receiver of this call."""
     target_of: Optional[libcst.Call] = None

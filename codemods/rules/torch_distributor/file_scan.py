@@ -87,8 +87,8 @@ def scan_torch_distributor(source: SourceFile) -> Optional[FileScan]:
 
 def relevant_words(texts: Sequence[str]) -> Set[str]:
     """Every name a ``TorchDistributor`` rewrite of these cells can read or bind (a superset): the distributor
-    classes and their import aliases, variables assigned a call of them, the functions their ``run`` is given,
-    and the decorator's name and packages."""
+    classes and their import aliases, variables assigned a call of them, names given to them as the count, the
+    functions their ``run`` is given, and the decorator's name and packages."""
     trees = []
     for text in texts:
         try:
@@ -103,6 +103,9 @@ def relevant_words(texts: Sequence[str]) -> Set[str]:
     for node in nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _root(node.value) in words:
             words.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        if isinstance(node, ast.Call) and _root(node.func) in words:  # a count given by name: its bindings matter
+            counts = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "num_processes")]
+            words.update(count.id for count in counts if isinstance(count, ast.Name))
     for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _METHODS \
                 and _root(node.func.value) in words and node.args and isinstance(node.args[0], ast.Name):

@@ -3,8 +3,11 @@
 A run ``d.run(fn, *args)`` (or ``TorchDistributor(...).run(fn, *args)``) becomes ``fn.distributed(*args)`` only
 when all of this holds, so that the program means what it meant:
 
-* its distributor's settings carry over exactly (:mod:`~air_migrate.rules.torch_distributor.config`), and a
-  distributor variable is bound once, to a ``TorchDistributor(...)``, and used for nothing but its runs;
+* its distributor's settings carry over exactly (:mod:`~air_migrate.rules.torch_distributor.config`; a count held
+  in a name is settled here, once every cell is known), and a distributor variable is bound to
+  ``TorchDistributor(...)`` calls only, and used for nothing but its runs: bound once, every run is that
+  distributor's; rebound (a notebook that builds one per cell), each run is the last binding's before it, when every
+  binding is a plain statement of its block and no run waits in a function;
 * ``fn`` names one module-level ``def`` of the file, used for nothing but runs, every one of them rewritable and
   with the same settings (one decorator serves them all);
 * ``distributed`` names nothing else in the file (the decorator needs the name).
@@ -35,6 +38,7 @@ from air_migrate.rules.torch_distributor.codes import (
     NAME_CLASH,
     TARGET,
 )
+from air_migrate.rules.torch_distributor.comments import comments_in
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEF,
@@ -48,6 +52,7 @@ from air_migrate.rules.torch_distributor.facts import (
     Construction,
     FileFacts,
     MethodCall,
+    Use,
     Var,
     Where,
 )
@@ -106,6 +111,12 @@ class Plan:
     imports: Dict[libcst.CSTNode, ImportEdit] = dataclasses.field(default_factory=dict)
     before: Dict[libcst.FunctionDef, str] = dataclasses.field(default_factory=dict)
     """A new import statement just above a function."""
+    comments: Dict[libcst.FunctionDef, List[str]] = dataclasses.field(default_factory=dict)
+    """The comments of the distributors a function's decorator replaces, to go above that decorator."""
+
+    def keep_comments(self, function: libcst.FunctionDef, comments: Sequence[str]) -> None:
+        kept = self.comments.setdefault(function, [])
+        kept.extend(comment for comment in comments if comment not in kept)
 
     def note(self, node: libcst.CSTNode, code: str, message: str, blocking: bool = True) -> None:
         notes = self.notes.setdefault(node, [])
@@ -157,6 +168,11 @@ class _Planner:
         self.facts = facts
         self.plan = Plan()
         self.runs: List[_Run] = []
+        self.owned: Dict[Construction, List[Use]] = {}
+        """Each distributor assigned to a variable -> the uses of the variable that read it."""
+        self.decorated: Dict[libcst.Call, libcst.FunctionDef] = {}
+        """Each run rewritten -> the function that gains the decorator."""
+        self.where_defined: Dict[libcst.CSTNode, Where] = {}
 
     def decide(self) -> Plan:
         for reference in self.facts.references:
@@ -194,6 +210,12 @@ class _Planner:
                            "pyspark.ml.torch.distributor here and run air-migrate again", blocking=False)
 
     def _read_construction(self, construction: Construction) -> None:
+        pending = construction.reading.count_name
+        if pending is not None:  # `num_processes=n`: bound once, in any cell, to torch.cuda.device_count()?
+            bindings = self.facts.bindings.get(Var(pending.name), [])
+            all_gpus = len(bindings) == 1 and bindings[0].device_count and not _mentions(self.facts.unparsed,
+                                                                                          pending.name)
+            construction.reading = construction.reading.settled(all_gpus)
         for problem in construction.reading.problems:
             self.plan.note(problem.node, problem.code, problem.message)
         method = construction.method
@@ -205,26 +227,49 @@ class _Planner:
                            "it by hand")
 
     def _read_variable(self, var: Var) -> None:
-        bindings = self.facts.bindings.get(var, [])
-        uses = self.facts.uses.get(var, [])
-        if len(bindings) != 1 or bindings[0].construction is None:
-            for use in uses:
+        owned = self._uses_by_construction(var)
+        if owned is None:
+            for use in self.facts.uses.get(var, []):
                 self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name} is bound more than once, or not only to a "
                                "TorchDistributor, so air-migrate cannot tell which distributor runs here: migrate "
                                "it by hand")
             return
-        construction = bindings[0].construction
-        if not uses and construction.assign is not None:
-            self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never run in "
-                           "this file, so it is left as it is (and so is its import): remove it if nothing else uses "
-                           "it", blocking=False)
-        for use in uses:
-            if use.method is not None:
-                self._read_method(use.method, construction, var)
-            else:
-                self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for more "
-                               "than its runs (passed on, copied or inspected), so it cannot be taken out: migrate "
-                               "this use by hand")
+        for construction, uses in owned:
+            self.owned[construction] = uses
+            if not uses and construction.assign is not None:
+                self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never "
+                               "run in this file, so it is left as it is (and so is its import): remove it if nothing "
+                               "else uses it", blocking=False)
+            for use in uses:
+                if use.method is not None:
+                    self._read_method(use.method, construction, var)
+                else:
+                    self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for "
+                                   "more than its runs (passed on, copied or inspected), so it cannot be taken out: "
+                                   "migrate this use by hand")
+
+    def _uses_by_construction(self, var: Var) -> Optional[List[Tuple[Construction, List[Use]]]]:
+        """Each distributor ``var`` is bound to, with the uses that read it; ``None`` when that cannot be told.
+
+        Bound once, every use reads that one. Bound several times (a notebook that builds a distributor in each
+        cell), each use reads the last binding before it, provided every binding is a plain statement of its block
+        (nothing conditional) and no use waits in a function to be called later."""
+        bindings = sorted(self.facts.bindings.get(var, []), key=lambda binding: binding.where)
+        uses = self.facts.uses.get(var, [])
+        if not bindings or any(binding.construction is None for binding in bindings):
+            return None
+        if len(bindings) == 1:
+            return [(bindings[0].construction, list(uses))]  # type: ignore[list-item]
+        if not all(binding.straight for binding in bindings) or any(use.deferred for use in uses):
+            return None
+        if any(use.where < bindings[0].where for use in uses):
+            return None
+        owned: List[Tuple[Construction, List[Use]]] = []
+        for binding, following in zip(bindings, [*bindings[1:], None]):
+            mine = [use for use in uses if binding.where < use.where and (following is None
+                                                                           or use.where < following.where)]
+            owned.append((binding.construction, mine))  # type: ignore[arg-type]
+        return owned
 
     def _read_method(self, method: MethodCall, construction: Construction, var: Optional[Var]) -> None:
         if method.method == TRAIN_ON_DATAFRAME:
@@ -314,7 +359,7 @@ class _Planner:
         configs = {run.construction.reading.config for run in runs
                    if run.construction is not None and run.construction.reading.config is not None}
         if len(configs) > 1:
-            shown = " and ".join(sorted(f"@distributed({config.decorator_arguments()})" for config in configs))
+            shown = " and ".join(sorted(f"@distributed({config.settings()})" for config in configs))
             for run in runs:
                 self.plan.note(run.method.call, CONFIGURATIONS, f"{name} is run with different settings ({shown}), "
                                "and one decorator cannot give both: define one function per setting")
@@ -358,9 +403,13 @@ class _Planner:
         definition = runs[0].definition
         assert definition is not None and isinstance(definition.node, libcst.FunctionDef)
         self.plan.decorators[definition.node] = f"{decorator}({config.decorator_arguments()})"
+        self.where_defined[definition.node] = definition.where
         for run in runs:
             receiver = run.var.name if run.var is not None else "TorchDistributor(...)"
             self.plan.runs[run.method.call] = RunEdit(definition.var.name, receiver, run.method.value_used)
+            self.decorated[run.method.call] = definition.node
+            if run.var is None:  # TorchDistributor(...).run(fn): the constructor goes from the call
+                self.plan.keep_comments(definition.node, comments_in(run.method.call.func))
             construction = run.construction
             if construction is not None and construction.reading.use_gpu is not None:
                 names = self.plan.cpu.get(construction.reading.use_gpu)
@@ -374,9 +423,9 @@ class _Planner:
                     if run.var is None and run.construction is not None}
         for construction in self.facts.constructions:
             var = construction.holder
-            if var is None or construction.assign is None or len(self.facts.bindings.get(var, [])) != 1:
+            if var is None or construction.assign is None or construction not in self.owned:
                 continue
-            uses = self.facts.uses.get(var, [])
+            uses = self.owned[construction]
             if not uses or not all(use.method is not None and use.method.call in rewritten for use in uses):
                 continue
             if _mentions(self.facts.unparsed, var.name):
@@ -386,6 +435,14 @@ class _Planner:
                 continue
             self.plan.removed[construction.assign] = var.name
             consumed.add(construction)
+            statement = construction.statement
+            alone = statement is not None and len(statement.body) == 1  # the line goes, its comment too
+            functions = sorted({self.decorated[use.method.call] for use in uses if use.method is not None},
+                               key=lambda function: self.where_defined[function])
+            comments = comments_in(construction.assign)
+            if alone:
+                comments += comments_in(statement.trailing_whitespace)  # type: ignore[union-attr]
+            self.plan.keep_comments(functions[0], comments)
         return consumed
 
     def _remove_imports(self, consumed: Set[Construction]) -> None:

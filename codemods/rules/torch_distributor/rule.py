@@ -7,22 +7,28 @@ is parsed and surveyed first (:mod:`~air_migrate.rules.torch_distributor.file_sc
 another and defines the function in a third; then the planner decides the whole file at once
 (:mod:`~air_migrate.rules.torch_distributor.plan`), and this rule makes each cell's part of it:
 
-* ``@distributed(num_accelerators=N)`` goes above ``def fn``, before its other decorators (so it wraps what
-  ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
-  ``@distributed()``, every GPU; ``use_gpu=False`` adds ``accelerator_type="CPU"`` (``AM203``);
+* ``@distributed(num_accelerators=N, timeout=None)`` goes above ``def fn``, before its other decorators (so it wraps
+  what ``TorchDistributor`` ran), below its comments; ``num_processes=torch.cuda.device_count()`` gives
+  ``@distributed(timeout=None)``, every GPU; ``use_gpu=False`` adds ``accelerator_type="CPU"`` (``AM203``).
+  ``timeout=None`` keeps what ``TorchDistributor.run`` did, run without a time limit, where ``@distributed`` would
+  stop a call after 3 hours by default; it is reported for review (``AM218``), saying how to choose a cap;
 * ``d.run(fn, *args)`` and ``TorchDistributor(...).run(fn, *args)`` become ``fn.distributed(*args)``, the arguments'
   source kept as written; a used return value becomes ``fn.distributed(*args)[0]`` (``AM202``);
 * the distributor's assignment goes once none of its uses is left (``AM205``), and so does the ``TorchDistributor``
   import, replaced by ``from databricks.air import distributed`` where that import is in effect for the function
-  (``AM204``); comments above a statement that goes move to the next one.
+  (``AM204``); comments above a statement that goes move to the next one, the comments inside a distributor that
+  goes (``num_processes=8,  # one per GPU``) move above the new decorator, which now holds those settings, and those
+  of an import that goes or is replaced move above the line that takes its place: no comment is lost.
 
 Everything the planner cannot rewrite is reported with its own code (``AM206`` to ``AM216``) and left as written;
 ``AM217`` reports Spark session setup.
 
 Safety: the decorator, the run and the removals are safe (the same function runs on the same number and kind of
-devices, with the same arguments). Two changes are flagged ``review``: a used return value (``run`` returned rank 0's
-value, ``.distributed()`` returns every rank's, so ``[0]`` keeps the value but a person should check the code that
-uses it), and ``use_gpu=False`` (CPU ranks are an extension of this open runtime; Databricks runs GPUs).
+devices, with the same arguments, and no time limit). Three changes are flagged ``review``: a used return value
+(``run`` returned rank 0's value, ``.distributed()`` returns every rank's, so ``[0]`` keeps the value but a person
+should check the code that uses it), ``use_gpu=False`` (CPU ranks are an extension of this open runtime; Databricks
+runs GPUs), and ``timeout=None`` (the old behaviour, but a cap is usually wanted; each call is also an MLflow run of
+its own now).
 """
 
 from __future__ import annotations
@@ -34,7 +40,16 @@ import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import STATEMENTS, CellContext, FileScan, Finding, Rule, register
-from air_migrate.rules.torch_distributor.codes import CPU, DESCRIPTIONS, IMPORT, RANK_ZERO, RUN, VARIABLE
+from air_migrate.rules.torch_distributor.codes import (
+    CPU,
+    DESCRIPTIONS,
+    IMPORT,
+    NO_TIME_LIMIT,
+    RANK_ZERO,
+    RUN,
+    VARIABLE,
+)
+from air_migrate.rules.torch_distributor.comments import comment_lines, comments_in
 from air_migrate.rules.torch_distributor.facts import FileFacts
 from air_migrate.rules.torch_distributor.file_scan import (
     RELEVANT,
@@ -55,9 +70,9 @@ _LEFT = Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]
 class TorchDistributorRule(Rule):
     CODE = RUN
     DESCRIPTION = (
-        "TorchDistributor(...).run(fn, ...) becomes @distributed(num_accelerators=N) on fn and fn.distributed(...), "
-        "across notebook cells; the distributor and its import go (safe; a used return value and use_gpu=False "
-        "flagged for review)"
+        "TorchDistributor(...).run(fn, ...) becomes @distributed(num_accelerators=N, timeout=None) on fn and "
+        "fn.distributed(...), across notebook cells; the distributor and its import go (safe; a used return value, "
+        "use_gpu=False and timeout=None flagged for review)"
     )
     REPORTS = DESCRIPTIONS
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
@@ -152,9 +167,17 @@ class TorchDistributorRule(Rule):
         if decorator is None:
             return updated_node
         first = original_node.decorators[0] if original_node.decorators else original_node
-        self._add(first, RUN, f"@{decorator} added to {original_node.name.value}, which TorchDistributor ran", "",
-                  f"@{decorator}", at_start=True)
-        new = libcst.Decorator(libcst.parse_expression(decorator))
+        name = original_node.name.value
+        comments = self._plan.comments.get(original_node, []) if self._plan is not None else []
+        moved = "".join(f"{comment}\n" for comment in comments)
+        self._add(first, RUN, f"@{decorator} added to {name}, which TorchDistributor ran" + (
+            ", below the comments of the TorchDistributor(...) it replaces" if comments else ""), "",
+            f"{moved}@{decorator}", at_start=True)
+        self._add(first, NO_TIME_LIMIT, f"timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
+                  f"it, @distributed stops a call after 3 hours (timeout=10800 s) and raises "
+                  f"LocalExecutionTimeoutError; to cap {name}, write timeout=SECONDS, the longest run you expect with "
+                  f"a margin", None, None, review=True, at_start=True)
+        new = libcst.Decorator(libcst.parse_expression(decorator), leading_lines=comment_lines(comments))
         function = updated_node.with_changes(decorators=[new, *updated_node.decorators])
         statement = self._plan.before.get(original_node) if self._plan is not None else None
         if statement is None:
@@ -193,6 +216,9 @@ class TorchDistributorRule(Rule):
             kept = [small for index, small in enumerate(updated_node.body) if index not in gone]
             kept[-1] = kept[-1].with_changes(semicolon=original_node.body[-1].semicolon)
             updated_node = updated_node.with_changes(body=kept)
+        lost = self._comments_lost(original_node, gone)
+        if lost:  # they go above the line that stays
+            updated_node = updated_node.with_changes(leading_lines=[*updated_node.leading_lines, *comment_lines(lost)])
         if not added:
             return updated_node
         return libcst.FlattenSentinel([updated_node, *(libcst.parse_statement(text + "\n") for text in added)])
@@ -247,10 +273,28 @@ class TorchDistributorRule(Rule):
         else:
             self.report(small, "import removed: nothing uses TorchDistributor any more", code=IMPORT, after="")
 
+    def _comments_lost(self, original: libcst.SimpleStatementLine, gone: Sequence[int]) -> List[str]:
+        """The comments inside what goes from a line that stays: an import taken out or replaced, or the names
+        dropped from one (a distributor's assignment takes its comments above the new decorator: :mod:`plan`)."""
+        assert self._plan is not None
+        lost: List[str] = []
+        for index, small in enumerate(original.body):
+            edit = self._plan.imports.get(small)
+            if index in gone and small not in self._plan.removed or edit is not None and edit.replacement:
+                lost += comments_in(small)
+            elif edit is not None and edit.drop:
+                lost += comments_in(*edit.drop)
+        return lost
+
     def _remove_statement(self, original: libcst.SimpleStatementLine) -> libcst.RemovalSentinel:
-        """Take the statement out; the lines above it (comments, spacing) go to the next statement of its block."""
+        """Take the statement out; the lines above it (comments, spacing) go to the next statement of its block, and
+        so do the comments of an import that goes (a distributor's go above the new decorator: :mod:`plan`)."""
         block = self.ancestors[-2]
-        self._carry.setdefault(block, _Carried(first=block not in self._kept)).lines.extend(original.leading_lines)
+        carried = self._carry.setdefault(block, _Carried(first=block not in self._kept))
+        carried.lines.extend(original.leading_lines)
+        assert self._plan is not None
+        if not any(small in self._plan.removed for small in original.body):
+            carried.lines.extend(comment_lines(comments_in(*original.body, original.trailing_whitespace)))
         return libcst.RemoveFromParent()
 
     def _with_carried_lines(self, result: _LEFT) -> _LEFT:
@@ -298,10 +342,11 @@ class TorchDistributorRule(Rule):
         return new
 
     def _add(
-        self, node: libcst.CSTNode, code: str, message: str, before: str, after: str, review: bool = False,
-        at_start: bool = False,
+        self, node: libcst.CSTNode, code: str, message: str, before: Optional[str], after: Optional[str],
+        review: bool = False, at_start: bool = False,
     ) -> None:
-        """Report a change whose before/after is not the node's own source (an insertion, or part of a node)."""
+        """Report a change whose before/after is not the node's own source (an insertion, or part of a node); with
+        neither, a word about a change reported on its own."""
         where = self.get_metadata(PositionProvider, node)
         end = where.start if at_start else where.end
         self.findings.append(Finding(code, where.start.line, where.start.column + 1, message, review=review,
@@ -347,12 +392,20 @@ def _with_name(names: List[libcst.ImportAlias], name: str) -> List[libcst.Import
 
 
 def _whitespace_before_rest(call: libcst.Call) -> libcst.BaseParenthesizableWhitespace:
-    """What follows ``(`` once the function argument is gone: a comment after its comma moves up, not away."""
+    """What follows ``(`` once the function argument is gone: a comment after its comma moves up, not away (below
+    a comment that follows ``(``, when there is one too)."""
     first = call.args[0]
-    if isinstance(first.comma, libcst.Comma) and _has_comment(first.comma.whitespace_after) \
-            and not _has_comment(call.whitespace_before_args):
-        return first.comma.whitespace_after
-    return call.whitespace_before_args
+    if not isinstance(first.comma, libcst.Comma) or not _has_comment(first.comma.whitespace_after):
+        return call.whitespace_before_args
+    after = first.comma.whitespace_after
+    before = call.whitespace_before_args
+    if not _has_comment(before):
+        return after
+    assert isinstance(before, libcst.ParenthesizedWhitespace) and isinstance(after, libcst.ParenthesizedWhitespace)
+    moved = libcst.EmptyLine(indent=after.indent, whitespace=after.last_line, comment=after.first_line.comment,
+                             newline=after.first_line.newline)
+    return before.with_changes(empty_lines=[*before.empty_lines, moved, *after.empty_lines], indent=after.indent,
+                               last_line=after.last_line)
 
 
 def _has_comment(whitespace: libcst.BaseParenthesizableWhitespace) -> bool:

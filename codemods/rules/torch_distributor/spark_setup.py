@@ -3,7 +3,9 @@
 ``TorchDistributor`` needs an active Spark session; ``@distributed`` does not. So in a file (or notebook) that mentions
 ``TorchDistributor``, this rule points at the Spark set-up a person may want to remove once the runs are migrated:
 
-* ``SparkSession.builder...getOrCreate()``, ``SparkSession`` of ``pyspark.sql`` however imported (resolved by scope);
+* ``SparkSession.builder...getOrCreate()``, ``SparkSession`` of ``pyspark.sql`` however imported (resolved by scope),
+  also when the builder is kept in a variable first (``builder = SparkSession.builder.appName("x")``, then
+  ``spark = builder.getOrCreate()``, in the same function or at module level in any earlier cell);
 * ``spark.conf.set(...)`` on Databricks' own ``spark`` (a name no cell binds), or on any module-level name assigned a
   session built that way, in any cell.
 
@@ -19,11 +21,11 @@ from __future__ import annotations
 from typing import Collection, Optional, Set
 
 import libcst
-from libcst.metadata import GlobalScope, PositionProvider, ScopeProvider
+from libcst.metadata import Assignment, GlobalScope, PositionProvider, ScopeProvider
 
 from air_migrate.rules.torch_distributor.codes import SPARK_SETUP
 from air_migrate.rules.torch_distributor.file_scan import mentions_torch_distributor
-from air_migrate.rule_base import FileScan, Rule, register
+from air_migrate.rule_base import CellContext, FileScan, Rule, register
 from air_migrate.rules.targets import qualified_names
 from air_migrate.sources import SourceFile
 
@@ -32,6 +34,8 @@ DATABRICKS_SESSION = "spark"
 """The session Databricks puts in every notebook."""
 _ACTIVE = "am217_active"
 _SESSIONS = "am217_sessions"
+_BUILDERS = "am217_builders"
+"""Module-level names bound to a session builder, across cells."""
 
 
 @register
@@ -47,13 +51,20 @@ class SparkSetupRule(Rule):
     def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
         if not mentions_torch_distributor(source):
             return None
-        wanted = frozenset(cell.number for cell in source.cells
-                           if cell.text is not None and ("getOrCreate" in cell.text or ".conf" in cell.text))
+        wanted = frozenset(cell.number for cell in source.cells if cell.text is not None and any(
+            word in cell.text for word in ("getOrCreate", ".conf", ".builder")))
         return FileScan(wanted, scratch={_ACTIVE: True})
+
+    def __init__(self, context: Optional[CellContext] = None) -> None:
+        super().__init__(context)
+        self._builder_names: Set[libcst.Name] = set()
+        """The names this cell assigns a session builder (``builder = SparkSession.builder...``), as written."""
 
     def survey(self, module: libcst.Module) -> None:
         if not self.context.file.get(_ACTIVE):
             return
+        if ".builder" in (self.context.text or module.code):
+            module.visit(_BuilderAssignments(self))
         sessions: Set[str] = self.context.file.setdefault(_SESSIONS, set())
         for statement in module.body[len(self.context.prefix):]:
             if not isinstance(statement, libcst.SimpleStatementLine):
@@ -62,6 +73,13 @@ class SparkSetupRule(Rule):
                 if isinstance(small, libcst.Assign) and self._builds_session(small.value):
                     sessions.update(target.target.value for target in small.targets
                                     if isinstance(target.target, libcst.Name))
+
+    def record_builder(self, target: libcst.Name) -> None:
+        """``target = <a session builder>``, met in the order the cell is written."""
+        self._builder_names.add(target)
+        scope = self.get_metadata(ScopeProvider, target, None)
+        if isinstance(scope, GlobalScope):
+            self.context.file.setdefault(_BUILDERS, set()).add(target.value)
 
     def statement_words(self) -> Optional[Collection[str]]:
         return None if self.context.file.get(_ACTIVE) else ()
@@ -79,11 +97,13 @@ class SparkSetupRule(Rule):
                         attention=True)
 
     def _builds_session(self, node: libcst.BaseExpression) -> bool:
-        """``SparkSession.builder[...].getOrCreate()``."""
-        if not (isinstance(node, libcst.Call) and isinstance(node.func, libcst.Attribute)
-                and node.func.attr.value == "getOrCreate"):
-            return False
-        base: libcst.BaseExpression = node.func.value
+        """``SparkSession.builder[...].getOrCreate()``, or ``builder[...].getOrCreate()`` on a builder variable."""
+        return (isinstance(node, libcst.Call) and isinstance(node.func, libcst.Attribute)
+                and node.func.attr.value == "getOrCreate" and self.is_builder(node.func.value))
+
+    def is_builder(self, node: libcst.BaseExpression) -> bool:
+        """``SparkSession.builder``, or a variable holding a builder, with any calls and attributes after it."""
+        base = node
         while True:
             if isinstance(base, libcst.Call):
                 base = base.func
@@ -91,10 +111,22 @@ class SparkSetupRule(Rule):
                 base = base.value
             else:
                 break
+        if isinstance(base, libcst.Name):
+            return self._holds_builder(base)
         if not isinstance(base, libcst.Attribute):
             return False
         names = qualified_names(self.get_metadata, base.value)
         return bool(names) and all(name.name in SESSION_CLASSES for name in names)
+
+    def _holds_builder(self, name: libcst.Name) -> bool:
+        """``name`` reads a variable bound to a builder: in this cell (by scope), or at module level earlier."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None:
+            return False
+        bindings = [binding for binding in scope[name.value] if isinstance(binding, Assignment)]
+        if bindings:  # bound in this cell (`builder = builder.config(...)` rebinds it): one of them is a builder
+            return any(binding.node in self._builder_names for binding in bindings)
+        return name.value in self.context.file.get(_BUILDERS, ())  # a module-level name of an earlier cell
 
     def _sets_conf(self, node: libcst.Call) -> bool:
         """``session.conf.set(...)`` on Databricks' ``spark`` or on a session this file builds."""
@@ -114,3 +146,20 @@ class SparkSetupRule(Rule):
                 return False  # a local `spark`: not the notebook's session
             scope = scope.parent
         return scope is None or name.value not in scope.assignments
+
+
+class _BuilderAssignments(libcst.CSTVisitor):
+    """Finds, in the order they are written, the assignments of a session builder to a plain name."""
+
+    def __init__(self, rule: SparkSetupRule) -> None:
+        super().__init__()
+        self._rule = rule
+
+    def visit_Assign(self, node: libcst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, libcst.Name) \
+                and self._rule.is_builder(node.value):
+            self._rule.record_builder(node.targets[0].target)
+
+    def visit_AnnAssign(self, node: libcst.AnnAssign) -> None:
+        if isinstance(node.target, libcst.Name) and node.value is not None and self._rule.is_builder(node.value):
+            self._rule.record_builder(node.target)

@@ -32,7 +32,7 @@ from libcst.metadata import (
 )
 
 from air_migrate.rules.torch_distributor.codes import DEEPSPEED, DISTRIBUTOR_USED, SCRIPT, TARGET
-from air_migrate.rules.torch_distributor.config import read_constructor
+from air_migrate.rules.torch_distributor.config import NAME_ALL_GPUS, NAME_AT_MODULE_LEVEL, read_constructor
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEEPSPEED_DISTRIBUTOR,
@@ -70,11 +70,14 @@ class CellSurvey:
         self._cell = rule.context.number
         self._constructions: Dict[libcst.CSTNode, Construction] = {}
         """The class expression of each constructor call of the cell -> its :class:`Construction`."""
-        self._locals: Set[Var] = set()
+        self._locals: Dict[Var, None] = {}
+        """The distributor variables of functions, in the order they are met."""
 
     def run(self, module: libcst.Module) -> None:
         scopes = {scope for scope in self._rule.metadata[ScopeProvider].values() if scope is not None}
         self._survey_classes(scopes)
+        for var in self._locals:
+            self._survey_local(var)
         global_scope = self._rule.get_metadata(ScopeProvider, module)
         self._survey_bindings(global_scope)
         for scope in scopes:
@@ -124,7 +127,7 @@ class CellSurvey:
                                                 "which air-migrate cannot rewrite: migrate it by hand")
 
     def _survey_construction(self, call: libcst.Call) -> None:
-        construction = Construction(call, read_constructor(call, self._is_device_count))
+        construction = Construction(call, read_constructor(call, self._is_device_count, self._read_count_name))
         self._constructions[call.func] = construction
         self._facts.constructions.append(construction)
         parent = self._parent(call)
@@ -138,11 +141,36 @@ class CellSurvey:
             if isinstance(target, libcst.Name) and isinstance(statement, libcst.SimpleStatementLine):
                 construction.holder = self._var_assigned(target)
                 construction.assign = parent
+                construction.statement = statement
                 if construction.holder.scope is not None:
-                    self._survey_local(construction.holder)
+                    self._locals[construction.holder] = None  # surveyed once every constructor call is known
 
     def _refer(self, node: libcst.CSTNode, code: str, message: str) -> None:
         self._facts.references.append(Reference(node, code, message))
+
+    def _read_count_name(self, name: libcst.Name) -> Optional[str]:
+        """What a name given as the count is: a local bound once to ``torch.cuda.device_count()``, a module-level
+        name (settled by the planner once every cell is known), or ``None``."""
+        scope = self._rule.get_metadata(ScopeProvider, name, None)
+        while scope is not None and not isinstance(scope, GlobalScope):
+            assignments = list(scope.assignments[name.value]) if name.value in scope.assignments else []
+            if assignments:
+                if len(assignments) == 1 and self._assigns_device_count(assignments[0].node):
+                    return NAME_ALL_GPUS
+                return None
+            scope = scope.parent
+        return NAME_AT_MODULE_LEVEL if scope is not None else None
+
+    def _assigns_device_count(self, target: libcst.CSTNode) -> bool:
+        """``target`` is the name of ``target = torch.cuda.device_count()`` (or ``target: int = ...``)."""
+        parent = self._parent(target)
+        if isinstance(parent, libcst.AssignTarget):
+            parent = self._parent(parent)
+            if isinstance(parent, libcst.Assign) and len(parent.targets) == 1:
+                return self._is_device_count(parent.value)
+        elif isinstance(parent, libcst.AnnAssign) and parent.target is target and parent.value is not None:
+            return self._is_device_count(parent.value)
+        return False
 
     def _is_device_count(self, node: libcst.BaseExpression) -> bool:
         if not isinstance(node, libcst.Call) or node.args:
@@ -159,15 +187,16 @@ class CellSurvey:
             self._bind(Var(assignment.name), assignment)
 
     def _survey_local(self, var: Var) -> None:
-        if var in self._locals:
-            return
-        self._locals.add(var)
+        """A function's distributor variable: its bindings, then each of its reads once (a read may reach several
+        bindings)."""
         scope = var.scope
         assert isinstance(scope, Scope)
+        reads: Dict[libcst.CSTNode, None] = {}
         for assignment in scope.assignments[var.name]:
             self._bind(var, assignment)
-            for access in assignment.references:
-                self._survey_use(var, access.node)
+            reads.update((access.node, None) for access in assignment.references)
+        for node in reads:
+            self._survey_use(var, node)
 
     def _bind(self, var: Var, assignment: object) -> None:
         node = getattr(assignment, "node")
@@ -182,7 +211,18 @@ class CellSurvey:
              and c.assign.targets[0].target is node),
             None,
         )
-        self._facts.bind(Binding(var, self._where(node), node, kind, construction=construction))
+        straight = construction is not None and self._in_own_block(construction.assign)  # type: ignore[arg-type]
+        device_count = kind == OTHER and isinstance(node, libcst.Name) and self._assigns_device_count(node)
+        self._facts.bind(Binding(var, self._where(node), node, kind, construction=construction, straight=straight,
+                                 device_count=device_count))
+
+    def _in_own_block(self, node: libcst.CSTNode) -> bool:
+        """The statement holding ``node`` is one of its module's (or function's) own statements."""
+        statement = self._parent(node)
+        block = self._parent(statement) if statement is not None else None
+        if isinstance(block, libcst.Module):
+            return True
+        return isinstance(block, libcst.IndentedBlock) and isinstance(self._parent(block), libcst.FunctionDef)
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
         parent = self._parent(node)
@@ -195,7 +235,7 @@ class CellSurvey:
     # --- reads ---------------------------------------------------------------------------------------------------
 
     def _survey_use(self, var: Var, node: libcst.CSTNode) -> None:
-        use = Use(var, node)
+        use = Use(var, node, self._where(node), self._deferred(node, var))
         parent = self._parent(node)
         if isinstance(parent, libcst.Attribute) and parent.value is node and parent.attr.value in METHODS:
             call = self._parent(parent)
@@ -209,6 +249,17 @@ class CellSurvey:
             use.called = True
         use.construction = self._construction_around(node)
         self._facts.use(use)
+
+    def _deferred(self, node: libcst.CSTNode, var: Var) -> bool:
+        """A function or lambda lies between ``node`` and the scope of ``var`` (the module, or its function)."""
+        parent = self._parent(node)
+        while parent is not None and not isinstance(parent, libcst.Module):
+            if isinstance(parent, (libcst.FunctionDef, libcst.Lambda)):
+                scope = self._rule.get_metadata(ScopeProvider, parent.body, None) \
+                    if isinstance(parent, libcst.FunctionDef) else None
+                return var.scope is None or scope is not var.scope
+            parent = self._parent(parent)
+        return False
 
     def _construction_around(self, node: libcst.CSTNode) -> Optional[Construction]:
         """The constructor call whose class expression holds ``node`` (``td`` in ``td.TorchDistributor(2)``)."""

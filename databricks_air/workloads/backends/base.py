@@ -2,23 +2,27 @@
 
 :class:`Backend` is what :mod:`..runs` (and so the CLI) talks to: does the workload fit (:meth:`Backend.plan`),
 hand a prepared run over (:meth:`Backend.start`), ask it to stop (:meth:`Backend.request_cancel`), and bring the
-registry's state up to date for readers (:meth:`Backend.reconcile`, :meth:`Backend.sync_logs`). The CLI knows
+registry's state up to date for readers (:meth:`Backend.reconcile`, :meth:`Backend.following`). The CLI knows
 nothing of processes; a backend knows nothing of argument parsing.
 
 :class:`NodeLauncher` is what the backend-independent :class:`~..supervisor.Supervisor` (retries, timeout, cancel,
-MLflow runs, alerts, state) uses to run one attempt: start the command once per node, each with its own
-environment and output sink, and give back a :class:`NodeGroup` to wait on or stop. The local backend's launcher
-starts one keeper process (:mod:`.keeper`) on this machine; a Ray backend's would start one per node of a placement
-group, from a supervisor that runs as the Ray job's entrypoint.
+MLflow runs, alerts, state) uses to run one attempt: reserve the attempt's nodes (:meth:`NodeLauncher.reserve`),
+learn node 0's address and a port free there, start the command once per node, each with its own environment and
+output sink, then wait on the :class:`NodeGroup` or stop it, and close it. The local backend's launcher runs one
+keeper process (:mod:`.keeper`) on this machine; the Ray backend's (:mod:`.ray_nodes`) reserves a placement group
+of one bundle per node and runs a keeper on each, from a supervisor that runs as the Ray job's entrypoint.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import signal
-from typing import Any, ClassVar, Dict, List, Optional, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Mapping, Optional, Sequence
 
+from databricks.air.workloads.errors import WorkloadError
+from databricks.air.workloads.node_environment import NodeVariables
 from databricks.air.workloads.node_output import NodeOutput
 from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import NodePlan, RunState
@@ -50,30 +54,53 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def reconcile(self, folder: RunFolder, state: RunState) -> RunState:
-        """For an active run, the state as it really is: a run whose owner is gone must not read ``RUNNING``."""
+        """For an active run, the state as it really is: a run whose owner is gone must not read ``RUNNING``. A
+        remote backend also brings the run's node logs into its folder here."""
 
-    def sync_logs(self, folder: RunFolder, state: RunState) -> None:
-        """Make the node logs of the run present in its folder (remote backends fetch them; local ones have them)."""
+    def following(self, folder: RunFolder) -> ContextManager[None]:
+        """Held while a reader follows the run (``logs``, ``run --watch``): a remote backend streams the run's state
+        and output into its folder meanwhile, so that reading the folder is enough."""
+        return contextlib.nullcontext()
 
 
 @dataclasses.dataclass
 class AttemptLaunch:
-    """One attempt, as the supervisor hands it to a launcher."""
+    """One attempt, as the supervisor hands it to a node group."""
 
     number: int
     script: str
     """The command, as a file (``bash -euo pipefail SCRIPT``)."""
     cwd: str
     """``CODE_SOURCE_PATH``."""
-    environs: List[Dict[str, str]]
-    """The complete environment of each node's command, node 0 first."""
+    base_environ: Dict[str, str]
+    """What each node's environment is built on where the supervisor runs (a remote node uses its own)."""
+    nodes: List[NodeVariables]
+    """What the runtime sets on each node, node 0 first."""
     outputs: List[NodeOutput]
     """Where each node's output goes."""
     grace_seconds: float
+    dependencies: Optional[List[str]] = None
+    """``environment.dependencies`` for the nodes to install, where the launcher :attr:`installs_dependencies`."""
+
+    def environ(self, node: int, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        """The complete environment of node ``node``'s command, on ``base`` (default: :attr:`base_environ`)."""
+        return self.nodes[node].environ(self.base_environ if base is None else base)
 
 
 class NodeGroup(abc.ABC):
-    """The command, running once per node for one attempt."""
+    """The nodes of one attempt: reserved, then running the command once per node."""
+
+    @abc.abstractmethod
+    def master_address(self) -> str:
+        """``MASTER_ADDR``: the address of node 0, as the other nodes reach it."""
+
+    @abc.abstractmethod
+    def master_port(self) -> int:
+        """``MASTER_PORT``: a port free on node 0 now."""
+
+    @abc.abstractmethod
+    def start(self, launch: AttemptLaunch) -> None:
+        """Start the command on every node; raise if that is impossible (the supervisor fails the attempt)."""
 
     @abc.abstractmethod
     def wait(self, timeout: float) -> Optional[List[int]]:
@@ -84,25 +111,32 @@ class NodeGroup(abc.ABC):
     def stop(self) -> None:
         """Stop every node's processes (SIGTERM, SIGKILL after the grace period); return once none is left."""
 
+    def close(self) -> None:
+        """Give back what :meth:`NodeLauncher.reserve` took (called once, however the attempt ended)."""
+
     def owner(self) -> Dict[str, Any]:
-        """What the registry records of the running attempt (pids, a job id), for ``get`` and for clean-up."""
+        """What the registry records of the running attempt (pids, a placement group), for ``get`` and clean-up."""
         return {}
 
 
 class NodeLauncher(abc.ABC):
-    """Starts an attempt's nodes."""
+    """Reserves an attempt's nodes."""
+
+    reserves_nodes: ClassVar[bool] = False
+    """Whether :meth:`reserve` may wait for capacity (the supervisor then says that it is placing the nodes)."""
+    installs_dependencies: ClassVar[bool] = False
+    """Whether each node installs ``environment.dependencies`` itself (else the supervisor does, where it runs)."""
 
     @abc.abstractmethod
-    def start(self, launch: AttemptLaunch) -> NodeGroup:
-        """Start the command on every node; raise if that is impossible (the supervisor fails the attempt)."""
+    def reserve(self, plan: NodePlan, deadline: Optional[float],
+                interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
+        """The attempt's nodes, placed: waiting for capacity until ``deadline`` (a ``time.monotonic()`` value,
+        then :class:`TimeoutError`) or until ``interrupted()`` (then ``None``); :class:`CannotPlace` if they never
+        can be placed, any other error if not now."""
 
-    @abc.abstractmethod
-    def node_address(self) -> str:
-        """``MASTER_ADDR``: the address of node 0, as the nodes reach it."""
 
-    @abc.abstractmethod
-    def free_port(self) -> int:
-        """``MASTER_PORT``: a port free on node 0."""
+class CannotPlace(WorkloadError):
+    """The nodes a workload asks for can never be placed where it runs: retrying cannot help."""
 
 
 def exit_codes_summary(codes: Sequence[int]) -> str:

@@ -53,13 +53,12 @@ class LocalBackend(Backend):
     name = "local"
 
     def plan(self, workload: Workload) -> NodePlan:
-        environment, wanted = workload.environment, workload.compute
-        if environment.image is not None:
-            field = "unity_catalog_image" if "unity_catalog_image" in (workload.document.get("environment") or {}) \
-                else "docker_image"
+        wanted = workload.compute
+        if workload.image_field is not None:
             raise UnsupportedHere(
-                f"environment.{field}: a container image needs a container runtime, which the local backend does not "
-                "have. Run this workload on Databricks, or list its packages in environment.dependencies instead."
+                f"environment.{workload.image_field}: a container image needs a container runtime, which the local "
+                "backend does not have. Run this workload on Databricks, or list its packages in "
+                "environment.dependencies instead."
             )
         if workload.schedule is not None:
             raise UnsupportedHere("schedule: the local backend runs a workload once, now; a schedule needs a "
@@ -101,12 +100,8 @@ class LocalBackend(Backend):
             if model is None or model is not compute.AcceleratorType(wanted.accelerator_type).gpu_type:
                 notes.append(f"compute.accelerator_type is {wanted.accelerator_type}, this machine has {device}: "
                              f"running on {plan.local_world_size} of its GPUs")
-        unused = [name for name in ("permissions", "usage_policy_name", "usage_policy_id", "mlflow_artifact_location")
-                  if workload.document.get(name) is not None]
-        unused += [f"compute.{name}" for name in ("pool_id", "provisioned_capacity_id", "priority_class")
-                   if (workload.document.get("compute") or {}).get(name) is not None]
-        if unused:
-            notes.append(f"not used on this machine (kept for Databricks): {', '.join(unused)}")
+        if workload.databricks_only_fields:
+            notes.append(f"not used on this machine (kept for Databricks): {', '.join(workload.databricks_only_fields)}")
         return notes
 
     def start(self, folder: RunFolder) -> None:

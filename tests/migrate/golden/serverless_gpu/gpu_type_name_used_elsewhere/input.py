@@ -1,8 +1,14 @@
 # Databricks notebook source
-from serverless_gpu import distributed
+GPU_TYPE = "H100"
 
 # COMMAND ----------
 
-@distributed(gpus=8, gpu_type="h100")
+from serverless_gpu import distributed
+
+print(f"training on {GPU_TYPE}")
+
+# COMMAND ----------
+
+@distributed(gpus=8, gpu_type=GPU_TYPE)
 def train() -> None:
     print("training")

@@ -1,0 +1,192 @@
+"""The Ray actor that runs a workload's command on one node of the cluster (one per bundle of the placement group).
+
+It runs the command as the local backend does, under a keeper (:mod:`.keeper`): ``bash -euo pipefail
+command.sh`` in the node's copy of the code snapshot, every process it starts found and stopped with it. Before
+that, where the workload has ``environment.dependencies``, it installs them on this node (:mod:`..environments`:
+a cached environment layered on the node's Python), also under a keeper, pip's output first in the node's log. The
+supervisor polls it for output and the exit status, and stops it through it.
+
+The command's environment is the node's own (what Ray gives its workers: the job's ``runtime_env`` variables,
+the GPUs of the bundle in ``CUDA_VISIBLE_DEVICES``), then the node's variables. Files of the run (the snapshot,
+``hyperparameters.yaml``) are each node's copy of the job's working directory, so the paths the
+supervisor names under its copy are moved to this node's. If the actor dies (Ray kills it, its node is lost), the
+keeper's standard input closes and it stops the command with everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Dict, List, Optional
+
+from databricks.air._engine import processes
+from databricks.air.workloads import environments, node_environment
+from databricks.air.workloads.backends import keeper
+
+PRIVATE_FILE = os.path.join(".air", "private.json")
+"""The secrets of the run in the job's working directory, removed by the supervisor and by every node at once."""
+_SETUP_FAILED = 3  # environments.main's exit status when pip fails
+_READ_BLOCK = 1 << 16
+
+
+class NodeHost:
+    """One node's command (used as a Ray actor: ``ray.remote(NodeHost)``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._output: List[bytes] = []
+        self._status: Optional[int] = None
+        self._setup_error: Optional[str] = None
+        self._keeper: Optional[subprocess.Popen] = None
+        self._stopping = False
+        self._runner: Optional[threading.Thread] = None
+        self._scratch = tempfile.mkdtemp(prefix="air-node-")
+        remove_private_file(os.getcwd())
+
+    # --- where this node is ----------------------------------------------------------------------------------------
+
+    def where(self) -> Dict[str, Any]:
+        """This node's id and address, and where the job's working directory is on it."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "root": os.getcwd()}
+
+    def master_port(self) -> int:
+        """A TCP port free on this node now (node 0's is ``MASTER_PORT``)."""
+        return processes.free_port()
+
+    # --- the command -----------------------------------------------------------------------------------------------
+
+    def start(self, root: str, command: str, variables: node_environment.NodeVariables, grace: float,
+              dependencies: Optional[List[str]]) -> None:
+        """Install the dependencies, then run ``command`` in ``CODE_SOURCE_PATH``; ``root`` is where the
+        supervisor's node has the job's working directory (paths under it are this node's copy here)."""
+        here = os.getcwd()
+        script = os.path.join(self._scratch, "command.sh")
+        with open(script, "w", encoding="utf-8") as stream:
+            stream.write(command)
+        moved = variables.relocated(root, here)
+        self._runner = threading.Thread(
+            target=self._run, name="air node command", daemon=True,
+            args=(script, moved.code_source_path, moved, grace, dependencies),
+        )
+        self._runner.start()
+
+    def _run(self, script: str, cwd: str, variables: node_environment.NodeVariables, grace: float,
+             dependencies: Optional[List[str]]) -> None:
+        status: Optional[int] = None
+        try:
+            base = node_environment.with_interpreter_on_path(os.environ)
+            if dependencies is not None:
+                status = self._install(dependencies, base, grace)
+                if status != 0:
+                    return
+            status = self._keep(script, cwd, variables.environ(base), grace)
+        except BaseException as error:  # noqa: BLE001 - reported as the node's failure, with its reason
+            self._say(f"[air] the node could not run the command: {type(error).__name__}: {error}\n")
+            status = 1 if status is None or status == 0 else status
+        finally:
+            with self._lock:
+                self._status = 128 + signal.SIGTERM if status is None else status
+                self._lock.notify_all()
+
+    def _install(self, dependencies: List[str], base: Dict[str, str], grace: float) -> int:
+        """Build (or reuse) the environment of ``dependencies`` on this node and apply it to ``base``."""
+        request, result = os.path.join(self._scratch, "request.json"), os.path.join(self._scratch, "result.json")
+        with open(request, "w", encoding="utf-8") as stream:
+            json.dump({"dependencies": dependencies, "base_dir": os.path.join(os.getcwd(), "deps")}, stream)
+        setup = os.path.join(self._scratch, "setup.sh")
+        with open(setup, "w", encoding="utf-8") as stream:
+            stream.write(f'exec "{sys.executable}" -m {environments.__name__} "{request}" "{result}"\n')
+        status = self._keep(setup, os.getcwd(), base, grace)
+        if status == _SETUP_FAILED:
+            with self._lock:
+                self._setup_error = "installing environment.dependencies failed (pip's output is in this node's log)"
+        if status == 0:
+            with open(result, encoding="utf-8") as stream:
+                built = json.load(stream)
+            environments.PreparedEnvironment(built["path"], built["reused"]).apply(base)
+        return status
+
+    def _keep(self, script: str, cwd: str, environ: Dict[str, str], grace: float) -> int:
+        """Run ``bash -euo pipefail script`` under a keeper, its output into the buffer; its exit status."""
+        with self._lock:
+            if self._stopping:
+                return 128 + signal.SIGTERM
+            self._keeper = subprocess.Popen(
+                [sys.executable, "-m", keeper.__name__, str(grace), script],
+                cwd=cwd,
+                env=environ,
+                stdin=subprocess.PIPE,  # never written: its end of file tells the keeper that this actor is gone
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            process = self._keeper
+        assert process.stdout is not None
+        fd = process.stdout.fileno()
+        while True:
+            data = os.read(fd, _READ_BLOCK)
+            if not data:
+                break
+            with self._lock:
+                self._output.append(data)
+                self._lock.notify_all()
+        process.stdout.close()
+        return keeper.exit_code(process.wait())
+
+    def _say(self, text: str) -> None:
+        with self._lock:
+            self._output.append(text.encode())
+            self._lock.notify_all()
+
+    def poll(self, wait: float) -> Dict[str, Any]:
+        """Output since the last poll, and the exit status once the command (or the installation) has ended.
+
+        Waits up to ``wait`` seconds for something to report, so that the supervisor can poll in a loop cheaply.
+        """
+        with self._lock:
+            self._lock.wait_for(lambda: bool(self._output) or self._status is not None, timeout=wait)
+            output, self._output = b"".join(self._output), []
+            return {"output": output, "status": self._status, "setup_error": self._setup_error}
+
+    def stop(self) -> None:
+        """SIGTERM to the keeper, which stops everything the command started (SIGKILL after the grace period)."""
+        with self._lock:
+            self._stopping = True
+            process = self._keeper
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+
+    def close(self, seconds: float) -> None:
+        """Stop the command if it still runs, wait up to ``seconds`` for it to end, then kill its keeper."""
+        self.stop()
+        if self._runner is not None:
+            self._runner.join(seconds)
+        process = self._keeper
+        if process is not None and process.poll() is None:
+            process.kill()  # stuck: its command goes with it (parent death signal, end of its input)
+            process.wait()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def remove_private_file(root: str) -> Optional[Dict[str, Any]]:
+    """Read and delete the run's private file in this copy of the job's working directory (``None`` if gone)."""
+    path = os.path.join(root, PRIVATE_FILE)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            private = json.load(stream)
+    except FileNotFoundError:
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return dict(private)

@@ -1,0 +1,200 @@
+"""The Ray backend's :class:`~.base.NodeLauncher`, used by the supervisor that runs as the Ray job's entrypoint.
+
+Each attempt reserves a placement group of one bundle per node, spread over distinct Ray nodes (``STRICT_SPREAD``,
+:mod:`.ray_placement`), created whole or not at all and waited for within the attempt's timeout; it starts one
+:class:`~.ray_node_host.NodeHost` actor in each bundle (bundle 0's node is node 0: ``MASTER_ADDR``, and
+``MASTER_PORT`` is a port free there), starts the command on every node, and polls them for output and exit
+statuses. The first node that fails stops the others. Closing the attempt kills its actors and removes its
+placement group, so a retry is placed anew and nothing of an attempt stays on the cluster; a supervisor that dies
+takes them with it too (Ray ends the actors and placement groups of a job whose driver is gone, and each node's
+keeper then stops its command).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from databricks.air._ray.ray_call import max_resources
+from databricks.air._ray.require import import_ray
+from databricks.air.workloads import environments
+from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
+from databricks.air.workloads.backends.ray_node_host import NodeHost
+from databricks.air.workloads.backends.ray_placement import STRATEGY, NodeRequest
+from databricks.air.workloads.run_state import NodePlan
+
+_POLL_SECONDS = 0.2
+_CLOSE_EXTRA_SECONDS = 10.0
+_LOST = 128 + signal.SIGKILL  # the exit status of a node whose actor died
+
+
+class RayNodes(NodeLauncher):
+    """The nodes of each attempt, from the Ray cluster this process is the driver of."""
+
+    reserves_nodes = True
+    installs_dependencies = True
+
+    def __init__(self, root: str, accelerator_type: str, name: str) -> None:
+        self.ray = import_ray()
+        self.root = root
+        """The job's working directory on this node (each node has its own copy)."""
+        self.accelerator_type = accelerator_type
+        self.name = name
+
+    def reserve(self, plan: NodePlan, deadline: Optional[float],
+                interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        request = NodeRequest(plan, self.accelerator_type)
+        bundle = request.bundle(self.ray.nodes(), max_resources())
+        group = placement_group([dict(bundle) for _ in range(plan.num_nodes)], strategy=STRATEGY, name=self.name)
+        hosts: List[Any] = []
+        try:
+            if not self._wait(lambda step: group.wait(step), deadline, interrupted, request.what):
+                remove_placement_group(group)
+                return None
+            host_class = self.ray.remote(NodeHost)
+            options = dict(
+                num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
+                resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
+                max_concurrency=4,  # a stop must not wait behind a poll
+            )
+            for index in range(plan.num_nodes):
+                strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+                hosts.append(host_class.options(scheduling_strategy=strategy, **options).remote())
+            pending = [host.where.remote() for host in hosts]
+            if not self._wait(lambda step: not self.ray.wait(pending, num_returns=len(pending), timeout=step)[1],
+                              deadline, interrupted, "the nodes' hosts to start"):
+                RayNodeGroup(self.ray, self.root, group, hosts, []).close()
+                return None
+            return RayNodeGroup(self.ray, self.root, group, hosts, self.ray.get(pending))
+        except BaseException:
+            RayNodeGroup(self.ray, self.root, group, hosts, []).close()
+            raise
+
+    def _wait(self, ready: Callable[[float], bool], deadline: Optional[float], interrupted: Callable[[], bool],
+              what: str) -> bool:
+        """Wait until ``ready(step)``; False when interrupted, :class:`TimeoutError` past the deadline."""
+        while True:
+            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            if ready(math.ceil(step) if step >= 1 else step):
+                return True
+            if interrupted():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"the Ray cluster did not place {what} within the attempt's timeout")
+
+
+class RayNodeGroup(NodeGroup):
+    """One attempt's placement group and node hosts."""
+
+    def __init__(self, ray: Any, root: str, group: Any, hosts: List[Any], where: List[Dict[str, Any]]) -> None:
+        self.ray = ray
+        self.root = root
+        self.group = group
+        self.hosts = hosts
+        self.where = where
+        self.launch: Optional[AttemptLaunch] = None
+        self.codes: List[Optional[int]] = [None] * len(hosts)
+        self.polls: Dict[Any, int] = {}  # pending poll -> node
+        self._stopping = False
+        self._setup_error: Optional[str] = None
+
+    def master_address(self) -> str:
+        return str(self.where[0]["node_ip"])
+
+    def master_port(self) -> int:
+        return int(self.ray.get(self.hosts[0].master_port.remote()))
+
+    def start(self, launch: AttemptLaunch) -> None:
+        self.launch = launch
+        with open(launch.script, encoding="utf-8") as stream:
+            command = stream.read()
+        self.ray.get([
+            host.start.remote(self.root, command, launch.nodes[node], launch.grace_seconds, launch.dependencies)
+            for node, host in enumerate(self.hosts)
+        ])
+
+    def wait(self, timeout: float) -> Optional[List[int]]:
+        self._poll(timeout)
+        if self._setup_error is not None and all(code is not None for code in self.codes):
+            raise environments.DependencyInstallError(self._setup_error)
+        if all(code is not None for code in self.codes):
+            return [int(code) for code in self.codes]  # type: ignore[arg-type]
+        return None
+
+    def _poll(self, timeout: float) -> None:
+        for node, host in enumerate(self.hosts):
+            if self.codes[node] is None and node not in self.polls.values():
+                self.polls[host.poll.remote(_POLL_SECONDS)] = node
+        if not self.polls:
+            return
+        ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=timeout)
+        if ready:  # take every other answer that is in too
+            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
+        for ref in ready:
+            node = self.polls.pop(ref)
+            try:
+                report = self.ray.get(ref)
+            except self.ray.exceptions.RayError as error:
+                self._lost(node, error)
+                continue
+            if report["output"] and self.launch is not None:
+                self.launch.outputs[node].feed(report["output"])
+            if report["status"] is not None:
+                self.codes[node] = int(report["status"])
+                if report.get("setup_error") and self._setup_error is None:
+                    self._setup_error = f"{report['setup_error']} (node {node}: air logs RUN_ID --node {node})"
+                if self.codes[node] != 0 and not self._stopping:
+                    self._stop_all()  # the first node that fails stops the others
+
+    def _lost(self, node: int, error: BaseException) -> None:
+        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if self.launch is not None:
+            self.launch.outputs[node].write_note(
+                f"[air] node {node}'s Ray actor on {self.where[node]['node_ip']} died ({summary})")
+        self.codes[node] = _LOST
+        if not self._stopping:
+            self._stop_all()
+
+    def _stop_all(self) -> None:
+        self._stopping = True
+        for node, host in enumerate(self.hosts):
+            if self.codes[node] is None:
+                host.stop.remote()
+
+    def stop(self) -> None:
+        self._stop_all()
+        grace = self.launch.grace_seconds if self.launch is not None else 0.0
+        deadline = time.monotonic() + grace + _CLOSE_EXTRA_SECONDS
+        while any(code is None for code in self.codes) and time.monotonic() < deadline:
+            self._poll(_POLL_SECONDS)
+
+    def close(self) -> None:
+        """Stop what still runs, kill the actors, remove the placement group: nothing of the attempt is left."""
+        from ray.util.placement_group import remove_placement_group
+
+        grace = self.launch.grace_seconds if self.launch is not None else 0.0
+        try:
+            closing = [host.close.remote(grace + _CLOSE_EXTRA_SECONDS) for host in self.hosts]
+            if closing:
+                self.ray.wait(closing, num_returns=len(closing), timeout=grace + 2 * _CLOSE_EXTRA_SECONDS)
+        except Exception:  # noqa: BLE001 - hosts that are gone already; killing them below is what counts
+            pass
+        finally:
+            for host in self.hosts:
+                try:
+                    self.ray.kill(host, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+            try:
+                remove_placement_group(self.group)
+            except Exception:  # noqa: BLE001 - the cluster may be gone; nothing is left to give back then
+                pass
+
+    def owner(self) -> Dict[str, Any]:
+        return {"placement_group": self.group.id.hex(),
+                "nodes": [{"node_ip": w["node_ip"], "node_id": w["node_id"]} for w in self.where]}
