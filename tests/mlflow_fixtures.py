@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from process_helpers import wait_until
+from databricks.air._engine.processes import free_port
 
 
 @pytest.fixture
@@ -49,18 +49,12 @@ def only_run(client: Any, experiment: str = "") -> Any:
     return runs[0]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `mlflow server` on a free loopback port, with a SQLite backend, shared by the session's tests (it
     takes a minute to start on a loaded machine); each test uses an experiment of its own."""
     folder = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
+    port = free_port("127.0.0.1")
     server = subprocess.Popen(
         [
             sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
