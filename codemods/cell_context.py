@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from typing import List, Pattern, Set, Tuple
+from typing import List, Pattern, Sequence, Set, Tuple
 
 from air_migrate.rule_base import PrefixStatement
 
@@ -56,6 +56,27 @@ def mentions(text: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class PrefixImport:
+    """An earlier cell's import statement, as put before a cell."""
+
+    text: str
+    """The statement, ending in a line end."""
+    cell: int
+    line: int
+    """1-based line of the statement in its cell."""
+
+
+def prefix_of(imports: Sequence[PrefixImport]) -> Tuple[str, Tuple[PrefixStatement, ...]]:
+    """``imports`` as one text, and where each statement starts in it and came from."""
+    statements: List[PrefixStatement] = []
+    line = 1
+    for found in imports:
+        statements.append(PrefixStatement(line, found.cell, found.line))
+        line += found.text.count("\n")
+    return "".join(found.text for found in imports), tuple(statements)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Import:
     cell: int
     line: int
@@ -84,28 +105,30 @@ class ImportContext:
         except (SyntaxError, ValueError):
             return  # a cell that does not parse imports nothing the next cells can rely on
         found = False
+        lines: List[str] = []
         for statement in tree.body:
             if not isinstance(statement, (ast.Import, ast.ImportFrom)):
                 continue
-            segment = ast.get_source_segment(text, statement)
-            if segment is None:
-                continue
-            self._imports.append(_Import(cell, statement.lineno, segment))
+            lines = lines or _LINE.findall(text)  # split once: ast.get_source_segment splits per call
+            self._imports.append(_Import(cell, statement.lineno, _segment(lines, statement)))
             found |= self._bind(statement)
         if found:
             self._pattern = _words_pattern(self._bound)
 
+    def imports(self, newline: str) -> List[PrefixImport]:
+        """The earlier cells' imports, one statement each, in ``newline`` line endings (what goes before a cell).
+
+        A statement written again in a later cell is given once, where it was written last: it binds the same names
+        to the same objects, and the last binding of each name is the one that holds, as when the notebook runs top
+        to bottom (a notebook that imports in many cells would otherwise give each cell a longer prefix)."""
+        texts = [found.text.replace("\r\n", "\n").replace("\n", newline) + newline for found in self._imports]
+        last = {text: index for index, text in enumerate(texts)}
+        return [PrefixImport(text, found.cell, found.line)
+                for index, (text, found) in enumerate(zip(texts, self._imports)) if last[text] == index]
+
     def prefix(self, newline: str) -> Tuple[str, Tuple[PrefixStatement, ...]]:
         """The earlier cells' imports as text (one statement a line, in ``newline``), and where each one came from."""
-        pieces: List[str] = []
-        statements: List[PrefixStatement] = []
-        line = 1
-        for found in self._imports:
-            text = found.text.replace("\r\n", "\n").replace("\n", newline) + newline
-            statements.append(PrefixStatement(line, found.cell, found.line))
-            pieces.append(text)
-            line += text.count("\n")
-        return "".join(pieces), tuple(statements)
+        return prefix_of(self.imports(newline))
 
     def _bind(self, statement: ast.stmt) -> bool:
         """Remember the names an import of either package binds; True when there are new ones."""
@@ -117,6 +140,21 @@ class ImportContext:
                 (alias.asname or alias.name).split(".")[0] for alias in statement.names if _ours(alias.name)
             )
         return len(self._bound) != before
+
+
+# Lines as Python's tokenizer splits them (``\r\n``, ``\r`` or ``\n``; a form feed is no line end).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def _segment(lines: List[str], node: ast.stmt) -> str:
+    """The source of ``node`` (what :func:`ast.get_source_segment` gives), from the text's lines split once; the
+    columns :mod:`ast` gives are offsets in UTF-8 bytes."""
+    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[operator]
+    if first == last:
+        return lines[first].encode("utf-8")[node.col_offset:node.end_col_offset].decode("utf-8")
+    start = lines[first].encode("utf-8")[node.col_offset:].decode("utf-8")
+    end = lines[last].encode("utf-8")[: node.end_col_offset].decode("utf-8")
+    return start + "".join(lines[first + 1:last]) + end
 
 
 def _ours(module: str) -> bool:

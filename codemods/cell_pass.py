@@ -9,6 +9,9 @@ one of another kind, or removes it, ends the chain for that node).
 Before any cell of a file is transformed, every rule surveys every cell (:meth:`PreparedCell.survey`), which is how
 a rule learns what other cells hold (e.g. whether a name is still used anywhere in a notebook).
 
+A cell is parsed in part where it can be (:func:`prepare_cell`, :mod:`air_migrate.partial_parse`): only its
+top-level statements that hold a word a rule asks for, and the earlier cells' imports that do.
+
 The statements of the cell's prefix (earlier cells' imports, put first so that names resolve across cells) are
 neither visited nor changed. With ``todo_comments``, each statement holding an item for a person gets a marker
 comment (:mod:`air_migrate.todo_markers`); :meth:`PreparedCell.markers_only` gives the cell as read with only
@@ -17,13 +20,19 @@ those markers, for a file whose changes are held back.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import dataclasses
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
 from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider, ProviderT, ScopeProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from air_migrate.cell_context import PrefixImport, prefix_of
+from air_migrate.partial_parse import PartialParse, RawStatement, changed_statements, parse_partly
 from air_migrate.rule_base import STATEMENTS, CellContext, Finding, Rule
+from air_migrate.statements import split_statements
 from air_migrate.todo_markers import MarkerInserter, add_markers
 
 
@@ -39,18 +48,55 @@ class CellOutcome:
     """Original statement -> the findings for a person inside it (what gets a TODO marker)."""
 
 
+def prepare_cell(
+    text: str, prefix: Sequence[PrefixImport], rule_types: Sequence[Type[Rule]], context: CellContext,
+    newline: str = "",
+) -> "PreparedCell":
+    """The cell ``text`` parsed after the earlier cells' imports ``prefix``, ready for the rules: in part where it
+    can be (the statements the rules ask for), else whole. ``context`` gives the cell's number, the file's scratch,
+    kind and unparsed code; its prefix and text are set here. Raises :class:`libcst.ParserSyntaxError` (from the
+    parse of the whole text, so that the error is the one the cell has) when the cell does not parse."""
+    chunks = split_statements(text)
+    if chunks is not None:
+
+        def words_for(parsed: str) -> Optional[FrozenSet[str]]:
+            seen = dataclasses.replace(context, text=parsed)
+            return _words([rule_type(seen) for rule_type in rule_types])
+
+        try:
+            partial = parse_partly([found.text for found in prefix], chunks, words_for)
+        except libcst.ParserSyntaxError:
+            partial = None  # the whole text's parse says where and why
+        if partial is not None:
+            kept, statements = prefix_of([prefix[index] for index in partial.prefix_kept])
+            cell_context = dataclasses.replace(
+                context, prefix_lines=kept.count("\n"), prefix=statements, text=partial.text
+            )
+            return PreparedCell(partial.module, rule_types, cell_context, newline, kept, partial)
+    kept, statements = prefix_of(prefix)
+    module = libcst.parse_module(kept + text)
+    cell_context = dataclasses.replace(context, prefix_lines=kept.count("\n"), prefix=statements, text=kept + text)
+    return PreparedCell(module, rule_types, cell_context, newline, kept)
+
+
 class PreparedCell:
     """A parsed cell with its rules instantiated and their metadata at hand (each provider computed on first use),
     ready to be surveyed and run."""
 
     def __init__(
         self, module: libcst.Module, rule_types: Sequence[Type[Rule]], context: Optional[CellContext] = None,
-        newline: str = "",
+        newline: str = "", prefix: Optional[str] = None, partial: Optional[PartialParse] = None,
     ) -> None:
         self.module = module
         self.context = context if context is not None else CellContext()
         self.newline = newline
         """The cell's own line ending when it differs from the parsed text's default (for inserted lines)."""
+        self.partial = partial
+        """How the cell was parsed in part (``None``: whole)."""
+        self.prefix = prefix if prefix is not None else "".join(
+            module.code_for_node(s) for s in module.body[: len(self.context.prefix)]
+        )
+        """The text of the prefix's statements, which starts the module's code."""
         self.rules = [rule_type(self.context) for rule_type in rule_types]
         self.findings: List[Finding] = []
         """What every rule reported, in report order (one channel for all)."""
@@ -64,13 +110,19 @@ class PreparedCell:
             rule.ancestors = self.ancestors
             rule.module = module
             providers.extend(p for p in rule.get_inherited_dependencies() if p not in providers)
+        self.codes = StatementCodes(module, partial.codes if partial is not None else {})
+        """The code of the module's statements, each printed at most once."""
+        for rule in self.rules:
+            rule.statement_codes = self.codes
         self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
         self.words = _words(self.rules)
         """What the rules ask a top-level statement to hold (``None``: every statement is traversed)."""
-        if self.words is not None:
-            own = module.body[len(self.context.prefix):]
-            self.skipped = self.skipped | {s for s in own if not _holds_any(module, s, self.words)}
-        positions = _StatementPositions(module, self.ancestors, self._wrapper)
+        own = module.body[len(self.context.prefix):]
+        if partial is not None:  # what was parsed holds those words; the rest is text
+            self.skipped = self.skipped | {s for s in own if isinstance(s, RawStatement)}
+        elif self.words is not None:
+            self.skipped = self.skipped | {s for s in own if not _holds_any(self.codes, s, self.words)}
+        positions = _StatementPositions(module, self.ancestors, self._wrapper, self.codes)
         metadata = _LazyMetadata(self._wrapper, providers, self._scope_wrapper(module), positions)
         for rule in self.rules:
             rule.metadata = metadata  # type: ignore[assignment]
@@ -79,6 +131,8 @@ class PreparedCell:
         """Scopes computed over the statements that are traversed (and the prefix) only: every binding of a word a
         rule asks for spells that word, so it lies in a statement that is kept, and what those names resolve to is
         the same as over the whole cell at a fraction of the cost. ``None`` when nothing is left out."""
+        if self.partial is not None:
+            return None  # the statements left out are text already: they hold no scope
         kept = [statement for statement in module.body[: len(self.context.prefix)]]
         kept += [s for s in module.body[len(self.context.prefix):] if s not in self.skipped]
         if len(kept) == len(module.body):
@@ -100,6 +154,24 @@ class PreparedCell:
     def markers_only(self, marks: Dict[libcst.CSTNode, List[Finding]]) -> libcst.Module:
         """The cell as read, with only the TODO markers of ``marks`` added."""
         return self.module.visit(MarkerInserter(marks, self.newline))
+
+    def new_text(self, module: libcst.Module, before: str) -> Optional[str]:
+        """The cell's text in ``module`` (this cell transformed; ``before`` is its text as read), or ``None`` when
+        it would not parse (a rule's bug: never write it). Only what changed is parsed again: the statements that
+        are not as read, or the whole text when the cell was parsed whole."""
+        code = module.code
+        if not code.startswith(self.prefix):
+            return None
+        text = code[len(self.prefix):]
+        if text == before:
+            return text
+        check = changed_statements(module, self.partial.originals) if self.partial is not None else text
+        try:
+            libcst.parse_module(check)
+            ast.parse(check)
+        except (libcst.ParserSyntaxError, SyntaxError, ValueError):
+            return None
+        return text
 
 
 class _LazyMetadata(Mapping):  # type: ignore[type-arg]
@@ -146,23 +218,41 @@ def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
 
 
 class _StatementPositions(Mapping):  # type: ignore[type-arg]
-    """``PositionProvider`` for a node inside the top-level statement being traversed, computed over that
-    statement alone and shifted by the lines before it (a top-level statement starts at column 0); any other node
-    gets the positions computed over the whole cell. A report rarely needs more than a few statements' positions,
-    and the whole cell's cost as much as parsing it."""
+    """``PositionProvider`` for a node inside the top-level statement being traversed (or for a top-level statement
+    and the small statements of one, such as the imports a survey asks about), computed over that statement alone
+    and shifted by the lines before it (a top-level statement starts at column 0); any other node gets the
+    positions computed over the whole cell. A report rarely needs more than a few statements' positions,
+    and the whole cell's cost as much as parsing it.
 
-    def __init__(self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper) -> None:
+    Within a statement, positions are computed only as far as the node asked for (most reports are in a
+    decorator, above a long body); after a few such partial passes over one statement it is done whole."""
+
+    _PARTIAL_PASSES = 2
+
+    def __init__(
+        self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper,
+        codes: Mapping[libcst.CSTNode, str],
+    ) -> None:
         self._module = module
+        self._codes = codes
         self._ancestors = ancestors
         self._wrapper = wrapper
         self._starts: Optional[Dict[libcst.CSTNode, int]] = None
-        self._computed: Dict[libcst.CSTNode, Mapping] = {}  # type: ignore[type-arg]
+        self._owners: Optional[Dict[libcst.CSTNode, libcst.CSTNode]] = None
+        self._computed: Dict[libcst.CSTNode, "_Shifted"] = {}
         self._whole: Optional[Mapping] = None  # type: ignore[type-arg]
 
     def _local(self, node: libcst.CSTNode) -> Optional[Mapping]:  # type: ignore[type-arg]
-        if len(self._ancestors) < 2 or self._module.default_newline not in ("\n", "\r\n"):
+        if self._module.default_newline not in ("\n", "\r\n"):
             return None
-        statement = self._ancestors[1]
+        if self._owners is None:  # a top-level statement, or a small statement of one (an import, in a survey)
+            self._owners = {each: each for each in self._module.body}
+            for each in self._module.body:
+                if isinstance(each, libcst.SimpleStatementLine):
+                    self._owners.update((small, each) for small in each.body)
+        statement = self._owners.get(node) or (self._ancestors[1] if len(self._ancestors) > 1 else None)
+        if statement is None:
+            return None
         found = self._computed.get(statement)
         if found is None:
             if self._starts is None:
@@ -170,13 +260,17 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
                 line = len(self._module.header)
                 for each in self._module.body:
                     self._starts[each] = line
-                    line += self._module.code_for_node(each).count("\n")
+                    line += self._codes[each].count("\n")
             if statement not in self._starts:
                 return None
+            found = self._computed[statement] = _Shifted({}, self._starts[statement])
+        if node not in found and not found.complete:
             alone = self._module.with_changes(header=(), body=[statement], footer=())
-            found = self._computed[statement] = _Shifted(
-                MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider), self._starts[statement]
-            )
+            if found.passes < self._PARTIAL_PASSES and _positions_until(alone, node, found.positions):
+                found.passes += 1
+            else:
+                found.positions.update(MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider))
+                found.complete = True
         return found if node in found else None
 
     def _all(self) -> Mapping:  # type: ignore[type-arg]
@@ -199,29 +293,103 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
 
 
 class _Shifted(Mapping):  # type: ignore[type-arg]
-    """Positions computed over one statement alone, as lines of the whole cell."""
+    """Positions computed over one statement alone (all of them, or those up to some node), as lines of the whole
+    cell."""
 
-    def __init__(self, positions: Mapping, lines: int) -> None:  # type: ignore[type-arg]
-        self._positions = positions
+    def __init__(self, positions: Dict[libcst.CSTNode, CodeRange], lines: int) -> None:
+        self.positions = positions
         self._lines = lines
+        self.complete = False
+        self.passes = 0
 
     def __getitem__(self, node: libcst.CSTNode) -> CodeRange:
-        found = self._positions[node]
+        found = self.positions[node]
         return CodeRange(CodePosition(found.start.line + self._lines, found.start.column),
                          CodePosition(found.end.line + self._lines, found.end.column))
 
     def __contains__(self, node: object) -> bool:
-        return node in self._positions
+        return node in self.positions
 
     def __iter__(self) -> Iterator[libcst.CSTNode]:
-        return iter(self._positions)
+        return iter(self.positions)
 
     def __len__(self) -> int:
-        return len(self._positions)
+        return len(self.positions)
 
 
-def _holds_any(module: libcst.Module, statement: libcst.CSTNode, words: FrozenSet[str]) -> bool:
-    text = module.code_for_node(statement)
+class _Reached(Exception):
+    """The node whose position was asked for has been printed."""
+
+
+class _StopAfter(PositionProvidingCodegenState):  # type: ignore[misc]
+    """libcst's position-recording code generation, stopped once ``target`` is printed."""
+
+    target: Optional[libcst.CSTNode] = None
+
+    def after_codegen(self, node: libcst.CSTNode) -> None:
+        super().after_codegen(node)
+        if node is self.target:
+            raise _Reached
+
+    @contextlib.contextmanager
+    def record_syntactic_position(
+        self, node: libcst.CSTNode, *, start_node: Optional[libcst.CSTNode] = None,
+        end_node: Optional[libcst.CSTNode] = None,
+    ) -> Iterator[None]:
+        """libcst's own, except that stopping records nothing more (a node's end may be one not printed yet)."""
+        start = CodePosition(self.line, self.column)
+        yield
+        end = CodePosition(self.line, self.column)
+        computed = self.provider._computed
+        computed[node] = CodeRange(computed[start_node].start if start_node is not None else start,
+                                   computed[end_node].end if end_node is not None else end)
+
+
+def _positions_until(module: libcst.Module, node: libcst.CSTNode, into: Dict[libcst.CSTNode, CodeRange]) -> bool:
+    """Record into ``into`` the positions in ``module`` of every node printed up to and including ``node``; False
+    when ``node`` is not in ``module`` (then nothing is left recorded that was not already)."""
+    recorder = _Recorder()
+    state = _StopAfter(default_indent=module.default_indent, default_newline=module.default_newline,
+                       provider=recorder)
+    state.target = node
+    try:
+        module._codegen(state)
+    except _Reached:
+        into.update(recorder._computed)
+        return True
+    return False
+
+
+class _Recorder:
+    """What libcst's position-recording state writes into (a provider's ``_computed``)."""
+
+    def __init__(self) -> None:
+        self._computed: Dict[libcst.CSTNode, CodeRange] = {}
+
+
+class StatementCodes(Mapping):  # type: ignore[type-arg]
+    """The code of each statement of a module as read (top-level or nested), printed the first time it is asked
+    for; a partial parse gives the code of most top-level statements without printing anything."""
+
+    def __init__(self, module: libcst.Module, known: Mapping[libcst.CSTNode, str]) -> None:
+        self._module = module
+        self._codes: Dict[libcst.CSTNode, str] = dict(known)
+
+    def __getitem__(self, statement: libcst.CSTNode) -> str:
+        code = self._codes.get(statement)
+        if code is None:
+            code = self._codes[statement] = self._module.code_for_node(statement)
+        return code
+
+    def __iter__(self) -> Iterator[libcst.CSTNode]:
+        return iter(self._codes)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+
+def _holds_any(codes: Mapping[libcst.CSTNode, str], statement: libcst.CSTNode, words: FrozenSet[str]) -> bool:
+    text = codes[statement]
     return any(word in text for word in words)
 
 
@@ -239,12 +407,19 @@ class _Traversal(libcst.CSTTransformer):
         self._statement_starts: List[int] = []
         self._claimed: set = set()
         self._skipped = cell.skipped
+        self._words = cell.words
+        self._passed: set = set()  # nested statements not traversed
         self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
         if node in self._skipped:
             return False
         if isinstance(node, STATEMENTS):
+            if self._words is not None and len(self._cell.ancestors) > 1 and not _holds_any(
+                self._cell.codes, node, self._words
+            ):  # a nested statement without a word is no rule's business either (the body of a decorated def)
+                self._passed.add(node)
+                return False
             self._statement_starts.append(len(self._cell.findings))
         self._cell.ancestors.append(node)
         # Children are visited unless every rule declines them (a rule declining alone still sees them).
@@ -254,7 +429,7 @@ class _Traversal(libcst.CSTTransformer):
     def on_leave(
         self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
     ) -> Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]:
-        if original_node in self._skipped:
+        if original_node in self._skipped or original_node in self._passed:
             return updated_node
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
         for rule in self._rules:

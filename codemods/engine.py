@@ -36,7 +36,7 @@ from air_migrate import suppressions
 from air_migrate.driver_codes import DRIVER_CODES, SKIPPED_CELL, UNUSED_SUPPRESSION
 from air_migrate.results import CHANGE, ERROR, FileResult, Record
 from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule
-from air_migrate.cell_pass import CellOutcome, PreparedCell
+from air_migrate.cell_pass import CellOutcome, PreparedCell, prepare_cell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 from air_migrate.suppressions import Suppression
 from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
@@ -48,7 +48,6 @@ __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 @dataclasses.dataclass
 class _ParsedCell:
     cell: Cell
-    prefix: str
     prepared: PreparedCell
     outcome: Optional[CellOutcome] = None
 
@@ -67,14 +66,16 @@ def migrate_file(
     result = FileResult(path, data)
     if not mentions_any(data):
         return result
+    result.relevant = True  # (also when it cannot be read: it does mention the old API)
     try:
         source = read_source(path, data)
     except SourceError as error:
         result.error = str(error)
         return result
     if suppressions.skips_file(data, source):
+        result.relevant = False
         return result  # `# air-migrate: skip-file`: as if it held nothing to migrate
-    result.relevant = True
+    result.encoding = source.encoding
     found_suppressions = suppressions.find(data, source)
     options = FileOptions(source.kind, fix_pip, pip_package)
     line_rules = [rule(options) for rule in rules if issubclass(rule, LineRule)]
@@ -105,8 +106,12 @@ def migrate_file(
             new_texts[number] = _fix_lines(new_texts.get(number, cell.raw), line_rules, shell=cell.shell)
     changed = {n: text for n, text in new_texts.items() if text != source.cells[n - 1].raw}
     if changed:
+        try:
+            result.migrated = source.render(changed)
+        except SourceError as error:
+            result.error = str(error)
+            return result
         result.cells = {n: (source.cells[n - 1].raw, text) for n, text in sorted(changed.items())}
-        result.migrated = source.render(changed)
     return result
 
 
@@ -117,6 +122,7 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
     unparsed: List[str] = []
     parsed: List[_ParsedCell] = []
     wanted, scanned = _scan_file(result, source, rule_types, scratch)
+    last = max((cell.number for cell in source.cells if cell.code and cell.text is not None), default=0)
     for cell in source.cells:
         if not cell.code:
             continue
@@ -127,23 +133,24 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
             continue
         unparsed.extend(cell.masks.values())
         if cell.number not in wanted and not context.mentions(cell.text):
-            context.add(cell.number, cell.text)
+            if cell.number != last:
+                context.add(cell.number, cell.text)
             continue
         newline = _newline(cell.text)
-        prefix, statements = context.prefix(newline)
+        prefix = context.imports(newline)
+        template = CellContext(cell.number, file=scratch, kind=source.kind, unparsed=unparsed)
         try:
-            module = libcst.parse_module(prefix + cell.text)
+            prepared = prepare_cell(cell.text, prefix, rule_types, template, newline)
         except libcst.ParserSyntaxError as error:
             unparsed.append(cell.raw)
-            _report_unparsable(result, source, cell, describe(cell.text, error, prefix.count("\n")))
+            prefix_lines = sum(found.text.count("\n") for found in prefix)
+            _report_unparsable(result, source, cell, describe(cell.text, error, prefix_lines))
             if result.error is not None:
                 return []
             continue
-        cell_context = CellContext(
-            cell.number, prefix.count("\n"), statements, scratch, prefix + cell.text, source.kind, unparsed
-        )
-        parsed.append(_ParsedCell(cell, prefix, PreparedCell(module, rule_types, cell_context, newline)))
-        context.add(cell.number, cell.text)
+        parsed.append(_ParsedCell(cell, prepared))
+        if cell.number != last:  # a later cell may use its imports
+            context.add(cell.number, cell.text)
     return parsed
 
 
@@ -242,21 +249,12 @@ def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool) -> Op
     """The cell's new (masked) Python text; ``None`` when it does not parse (a rule's bug: never write it)."""
     assert unit.outcome is not None
     if apply_changes:
-        code = unit.outcome.module.code
+        module = unit.outcome.module
     elif todo_comments and unit.outcome.marks:
-        code = unit.prepared.markers_only(unit.outcome.marks).code
+        module = unit.prepared.markers_only(unit.outcome.marks)
     else:
         return unit.cell.text
-    if not code.startswith(unit.prefix):
-        return None
-    text = code[len(unit.prefix):]
-    if text != unit.cell.text:
-        try:
-            libcst.parse_module(text)
-            ast.parse(text)
-        except (libcst.ParserSyntaxError, SyntaxError, ValueError):
-            return None
-    return text
+    return unit.prepared.new_text(module, unit.cell.text or "")
 
 
 def _internal_error(result: FileResult, cell: int) -> FileResult:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import abc
+import codecs
 from typing import ClassVar, Optional, TextIO
 
 from air_migrate.colors import Palette
@@ -72,7 +73,14 @@ class Diff(Mode):
     def deliver(self, result: FileResult) -> Optional[str]:
         if result.error is None and result.changed:
             notebook = is_notebook(result.path, result.original)
-            self._stream.write(paint_diff(render_diff(result, result.path, notebook, self._format), self._palette))
+            text = paint_diff(render_diff(result, result.path, notebook, self._format), self._palette)
+            buffer = getattr(self._stream, "buffer", None)
+            if codecs.lookup(result.encoding).name == "utf-8" or buffer is None:
+                self._stream.write(text)
+            else:  # a patch holds the file's own bytes, or git cannot apply it
+                self._stream.flush()
+                buffer.write(text.encode(result.encoding, errors="replace"))  # (only a header's path can fail)
+                buffer.flush()
         return None
 
 
@@ -112,5 +120,5 @@ class ToStandardOutput(Mode):
             buffer.write(data)
             buffer.flush()
         else:
-            self._stream.write(data.decode("utf-8", errors="surrogateescape"))  # type: ignore[union-attr]
+            self._stream.write(data.decode(result.encoding, errors="surrogateescape"))  # type: ignore[union-attr]
         return None

@@ -100,6 +100,8 @@ class FileResult:
     """It mentions serverless_gpu or the old keywords."""
     cells: Dict[int, Tuple[str, str]] = dataclasses.field(default_factory=dict)
     """Cell number -> (old source, new source) of every cell that changes, magics restored."""
+    encoding: str = "utf-8"
+    """The encoding of the file's bytes (what a script's coding line declares)."""
 
     @property
     def unreported_error(self) -> Optional[str]:

@@ -84,7 +84,9 @@ class CellContext:
     file: Dict[str, Any] = dataclasses.field(default_factory=dict)
     """Scratch shared by the rules of every cell of one file; fresh for each file, so nothing leaks between files."""
     text: str = ""
-    """The parsed text, prefix included (empty when unknown), for rules to skip cheaply what cannot concern them."""
+    """The parsed text, prefix included (empty when unknown), for rules to skip cheaply what cannot concern them.
+    When only some of the cell's statements are parsed (:mod:`air_migrate.partial_parse`), it holds those: every
+    statement that holds a word a rule asks for (:meth:`Rule.statement_words`)."""
     kind: str = "python"
     """The kind of file: ``python``, ``databricks`` or ``ipynb`` (see :mod:`air_migrate.sources`)."""
     unparsed: Sequence[str] = ()
@@ -137,6 +139,9 @@ class Rule(libcst.CSTTransformer):
         self.ancestors: List[libcst.CSTNode] = []
         """During the traversal: the original nodes from the module down to the node being visited or left (last),
         kept by the pass at no extra cost (``ParentNodeProvider`` walks the whole cell once more)."""
+        self.statement_codes: Optional[Mapping[libcst.CSTNode, str]] = None
+        """Set by the pass: the code of each statement of :attr:`module` as read, printed at most once per cell
+        (see :meth:`statement_code`)."""
 
     @classmethod
     def scan_file(cls, source: "SourceFile") -> Optional[FileScan]:
@@ -147,11 +152,21 @@ class Rule(libcst.CSTTransformer):
         """Called on every cell of a file before any cell is transformed (metadata resolved); by default nothing."""
 
     def statement_words(self) -> Optional[Collection[str]]:
-        """Words one of which a top-level statement of the cell must hold for this rule to change or report anything
-        in it, or ``None`` (the default) when the rule must see every statement. Asked once per cell, before the
-        survey; a statement no rule wants is not traversed at all (most of a large file), and scopes are resolved
-        over the statements that are (every binding of a word spells it, so those names resolve the same)."""
+        """Words one of which a statement of the cell (at any depth: a top-level one, or one in the body of a
+        function, a loop...) must hold for this rule to change or report anything in it, or ``None`` (the default)
+        when the rule must see every statement. Asked once per cell, before the survey, on the text that will be
+        parsed (:attr:`CellContext.text`). A top-level statement no rule wants is not parsed at all (most of a
+        large file: :mod:`air_migrate.partial_parse`), a nested one is not traversed, and scopes are resolved over
+        the top-level statements that are parsed (every binding of a word spells it, so those names resolve the
+        same)."""
         return None
+
+    def statement_code(self, statement: libcst.CSTNode) -> str:
+        """The code of ``statement`` (of :attr:`module`, as read): what :meth:`libcst.Module.code_for_node` gives,
+        without printing it again when the pass already knows it (most of a large cell's statements)."""
+        if self.statement_codes is not None:
+            return self.statement_codes[statement]
+        return self.module.code_for_node(statement)
 
     def report(
         self,

@@ -10,19 +10,23 @@
   the line stay those of the input (a magic runs to the end of its line, so nothing after it can shift anyway).
 
 Everything outside the Python text of a cell a transform changes comes back byte for byte: BOM, CRLF, tabs, a
-missing final newline, separators, ``# MAGIC`` and ``# DBTITLE`` lines, and the notebook's JSON style (indent, key
-order, ``ensure_ascii``, trailing newline, sources as lists of lines or strings). A notebook whose JSON style cannot be
-reproduced exactly is refused rather than reformatted.
+missing final newline, the encoding a script declares in a PEP 263 coding line (``# -*- coding: latin-1 -*-``),
+separators, ``# MAGIC`` and ``# DBTITLE`` lines, and the notebook's JSON style (indent, key order, ``ensure_ascii``,
+trailing newline, sources as lists of lines or strings, a key given twice: :mod:`air_migrate.notebook_json`). A
+notebook whose JSON style cannot be reproduced exactly is refused rather than reformatted.
 """
 
 from __future__ import annotations
 
 import abc
+import codecs
 import dataclasses
 import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
+
+from air_migrate.notebook_json import NotebookJson, NotebookJsonError
 
 BOM = "\ufeff"
 DATABRICKS_HEADER = "# Databricks notebook source"
@@ -36,7 +40,8 @@ _ASSIGNED_MAGIC = re.compile(r"^(?P<head>[ \t]*[A-Za-z_][\w.]*\s*=\s*)(?P<magic>
 
 
 class SourceError(Exception):
-    """A file that cannot be read as what it claims to be (not UTF-8, broken JSON...)."""
+    """A file that cannot be read as what it claims to be (not UTF-8, broken JSON...), or whose migrated text cannot
+    be written in its own encoding."""
 
 
 @dataclasses.dataclass
@@ -71,6 +76,8 @@ class SourceFile(abc.ABC):
     """A file split into cells; :meth:`render` puts it back with some cells' Python replaced."""
 
     kind: str
+    encoding: str = "utf-8"
+    """The encoding of the file's bytes (a script's coding line may name another; a notebook's JSON is UTF-8)."""
 
     def __init__(self, cells: List[Cell]) -> None:
         self.cells = cells
@@ -85,14 +92,15 @@ class PythonFile(SourceFile):
 
     kind = "python"
 
-    def __init__(self, text: str, bom: bool) -> None:
+    def __init__(self, text: str, bom: bool, encoding: str = "utf-8") -> None:
         super().__init__([Cell(number=1, first_line=1, text=text, raw=text)])
         self._text = text
         self._bom = bom
+        self.encoding = encoding
 
     def render(self, new_texts: Dict[int, str]) -> bytes:
         text = new_texts.get(1, self._text)
-        return ((BOM if self._bom else "") + text).encode("utf-8")
+        return _encode((BOM if self._bom else "") + text, self.encoding)
 
 
 class DatabricksFile(SourceFile):
@@ -100,7 +108,9 @@ class DatabricksFile(SourceFile):
 
     kind = "databricks"
 
-    def __init__(self, header: str, chunks: List[str], separators: List[str], bom: bool) -> None:
+    def __init__(
+        self, header: str, chunks: List[str], separators: List[str], bom: bool, encoding: str = "utf-8"
+    ) -> None:
         cells = []
         line = 1 + header.count("\n")
         for number, chunk in enumerate(chunks, start=1):
@@ -115,6 +125,7 @@ class DatabricksFile(SourceFile):
         self._chunks = chunks
         self._separators = separators
         self._bom = bom
+        self.encoding = encoding
 
     def render(self, new_texts: Dict[int, str]) -> bytes:
         pieces = [BOM if self._bom else "", self._header]
@@ -122,7 +133,17 @@ class DatabricksFile(SourceFile):
             pieces.append(new_texts.get(number, chunk))
             if number <= len(self._separators):
                 pieces.append(self._separators[number - 1])
-        return "".join(pieces).encode("utf-8")
+        return _encode("".join(pieces), self.encoding)
+
+
+def _encode(text: str, encoding: str) -> bytes:
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError as error:
+        raise SourceError(
+            f"the migrated text cannot be written in {encoding}, the encoding its coding line declares: it would "
+            f"hold {error.object[error.start:error.end]!r}; declare utf-8 instead and run air-migrate again"
+        ) from None
 
 
 def _magic_lines(chunk: str) -> List[str]:
@@ -169,9 +190,8 @@ class NotebookFile(SourceFile):
 
     kind = "ipynb"
 
-    def __init__(self, document: Dict[str, Any], style: "JsonStyle") -> None:
-        self._document = document
-        self._style = style
+    def __init__(self, document: Dict[str, Any], notebook_json: NotebookJson) -> None:
+        self._json = notebook_json
         python = _is_python_notebook(document)
         cells = []
         for number, raw in enumerate(document.get("cells", []), start=1):
@@ -184,13 +204,11 @@ class NotebookFile(SourceFile):
         super().__init__(cells)
 
     def render(self, new_texts: Dict[int, str]) -> bytes:
-        if not new_texts:
-            return self._style.dump(self._document)
-        document = json.loads(json.dumps(self._document))  # a deep copy keeping key order
+        document = self._json.load()  # a fresh copy, duplicate keys and all
         for number, text in new_texts.items():
             raw = document["cells"][number - 1]
             raw["source"] = text.splitlines(keepends=True) if isinstance(raw.get("source"), list) else text
-        return self._style.dump(document)
+        return self._json.dump(document)
 
 
 def _is_python_notebook(document: Dict[str, Any]) -> bool:
@@ -201,27 +219,6 @@ def _is_python_notebook(document: Dict[str, Any]) -> bool:
 
 def _source_text(source: Any) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
-
-
-@dataclasses.dataclass(frozen=True)
-class JsonStyle:
-    """How a notebook's JSON was written, so that it can be written again the same way."""
-
-    indent: Optional[int]
-    ensure_ascii: bool
-    trailing_newline: bool
-
-    @classmethod
-    def detect(cls, raw: str) -> "JsonStyle":
-        match = re.search(r"\n( +)\S", raw)
-        indent = len(match.group(1)) if match else None
-        ensure_ascii = bool(re.search(r"\\u[0-9a-fA-F]{4}", raw)) and all(ord(c) < 128 for c in raw)
-        return cls(indent=indent, ensure_ascii=ensure_ascii, trailing_newline=raw.endswith("\n"))
-
-    def dump(self, document: Dict[str, Any]) -> bytes:
-        separators = (",", ": ") if self.indent is not None else (", ", ": ")
-        text = json.dumps(document, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=separators)
-        return (text + ("\n" if self.trailing_newline else "")).encode("utf-8")
 
 
 def mask_cell(number: int, source: str) -> Cell:
@@ -291,31 +288,79 @@ def is_notebook(name: str, data: bytes) -> bool:
 
 def read_source(path: str, data: bytes) -> SourceFile:
     """Split ``data`` (the bytes of ``path``) into cells according to its kind."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SourceError(f"not UTF-8 ({error.reason} at byte {error.start})") from None
     if path.endswith(".ipynb"):
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise SourceError(f"not a notebook: invalid JSON at line {error.lineno}, column {error.colno}") from None
-        if not isinstance(document, dict) or not isinstance(document.get("cells", []), list):
-            raise SourceError("not a notebook: no list of cells")
-        style = JsonStyle.detect(text)
-        if style.dump(document) != data:
-            raise SourceError("its JSON layout cannot be reproduced exactly, so it is left as it is")
-        return NotebookFile(document, style)
+        return _read_notebook(data)
+    text, encoding = _decode_script(data)
     bom = text.startswith(BOM)
     if bom:
         text = text[1:]
     first, _, _ = text.partition("\n")
     if first.rstrip("\r") == DATABRICKS_HEADER:
-        return _split_databricks(text, bom)
-    return PythonFile(text, bom)
+        return _split_databricks(text, bom, encoding)
+    return PythonFile(text, bom, encoding)
 
 
-def _split_databricks(text: str, bom: bool) -> DatabricksFile:
+# PEP 263: a comment on line 1 or 2 that names the encoding (`# -*- coding: latin-1 -*-`, `# vim: fileencoding=cp1252`).
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
+_ASCII_PROBE = b"# -*- coding: x -*-\n"  # what an encoding must read as itself to be declared (not UTF-16)
+
+
+def coding_line(data: bytes) -> Optional[str]:
+    """The encoding a script's coding line names (PEP 263: on line 1, or on line 2 after a comment or blank line
+    1), as written; ``None`` when there is none."""
+    lines = data[len(codecs.BOM_UTF8):].split(b"\n", 2) if data.startswith(codecs.BOM_UTF8) else data.split(b"\n", 2)
+    for index, line in enumerate(lines[:2]):
+        found = _CODING.match(line)
+        if found is not None:
+            return found.group(1).decode("ascii")
+        if index == 0 and not _BLANK_OR_COMMENT.match(line):
+            return None  # Python looks at line 2 only after a comment or a blank line
+    return None
+
+
+def _decode_script(data: bytes) -> Tuple[str, str]:
+    """The text of a script and the encoding it is in: UTF-8, or what its coding line declares."""
+    declared = coding_line(data)
+    encoding = "utf-8"
+    if declared is not None:
+        try:
+            encoding = codecs.lookup(declared).name
+        except LookupError:
+            raise SourceError(f"its coding line declares {declared!r}, which is no encoding Python knows: correct "
+                              "it (e.g. `# -*- coding: latin-1 -*-`)") from None
+        if encoding == "utf-8-sig":
+            encoding = "utf-8"
+        if _ASCII_PROBE.decode(encoding, errors="replace").encode("ascii", errors="replace") != _ASCII_PROBE:
+            raise SourceError(f"its coding line declares {declared!r}, which Python refuses in a coding line (the "
+                              "line itself must read as ASCII): save the file as UTF-8 and remove the line")
+        if data.startswith(codecs.BOM_UTF8) and encoding != "utf-8":
+            raise SourceError(f"it starts with a UTF-8 byte order mark but its coding line declares {declared!r}, "
+                              "which Python refuses: remove one of them")
+    try:
+        return data.decode(encoding), encoding
+    except UnicodeDecodeError as error:
+        if declared is None:
+            raise SourceError(
+                f"not UTF-8 ({error.reason} at byte {error.start}); if it is in another encoding, declare it on "
+                "its first or second line, e.g. `# -*- coding: latin-1 -*-` (PEP 263)"
+            ) from None
+        raise SourceError(f"not valid {declared}, the encoding its coding line declares ({error.reason} at byte "
+                          f"{error.start}): declare the encoding the file is really in, or save it in {declared}") \
+            from None
+
+
+def _read_notebook(data: bytes) -> "NotebookFile":
+    try:
+        notebook_json, document = NotebookJson.read(data)
+    except NotebookJsonError as error:
+        raise SourceError(str(error)) from None
+    if not isinstance(document, dict) or not isinstance(document.get("cells", []), list):
+        raise SourceError("not a notebook: no list of cells")
+    return NotebookFile(document, notebook_json)
+
+
+def _split_databricks(text: str, bom: bool, encoding: str = "utf-8") -> DatabricksFile:
     lines = text.splitlines(keepends=True)
     header, rest = lines[0], lines[1:]
     chunks: List[str] = []
@@ -329,4 +374,4 @@ def _split_databricks(text: str, bom: bool) -> DatabricksFile:
         else:
             current.append(line)
     chunks.append("".join(current))
-    return DatabricksFile(header, chunks, separators, bom)
+    return DatabricksFile(header, chunks, separators, bom, encoding)

@@ -38,8 +38,9 @@ def distributed(*args: Any, **kwargs: Any) -> Any:
         from databricks.air.launcher import distributed as _distributed
     except ModuleNotFoundError as error:
         raise ImportError(
-            f"databricks.air.distributed needs {error.name!r}, which is not installed: "
-            "pip install databricks-air-oss (it brings cloudpickle and torch)"
+            f"databricks.air.distributed needs {error.name!r}, which is not installed: install databricks-air-oss "
+            "with its dependencies (pip install . in its checkout, or pip install the wheel built from it; not "
+            "with --no-deps), in the environment of this interpreter"
         ) from error
     return _distributed(*args, **kwargs)
 

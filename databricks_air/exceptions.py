@@ -9,6 +9,9 @@ for it keep working. Our additions:
 * :class:`RankExitError`, describing a rank that died or exited without returning a value.
 * :class:`LocalExecutionTimeoutError` is also a built-in :class:`TimeoutError`.
 
+The classes whose docstring says "this package never raises it" belong to the reference's Databricks remote
+workloads; they are here so that ``except`` clauses and imports written for the reference keep working.
+
 Every class keeps its class, message and attributes through ``pickle`` (see :mod:`databricks.air._rebuildable`),
 so an error raised in a rank, a Ray actor or a DataLoader worker arrives whole.
 """
@@ -61,11 +64,17 @@ class ServerlessGpuInternalError(ServerlessGpuException):
 
 
 class WorkloadRateLimitExceededError(ServerlessGpuCustomerError):
-    """Too many remote workloads are active at once."""
+    """Too many remote workloads are active at once (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class NotebookGPULimitExceededError(ServerlessGpuCustomerError):
-    """A notebook asked for more remote GPUs of one type than it may use."""
+    """A notebook asked for more remote GPUs of one type than it may use (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class GPUValidationError(ServerlessGpuCustomerError):
@@ -85,7 +94,10 @@ class RuntimeConfigurationError(ServerlessGpuCustomerError):
 
 
 class WorkspaceFileError(ServerlessGpuCustomerError):
-    """A workspace file could not be read or written."""
+    """A workspace file could not be read or written (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class LocalExecutionTimeoutError(ServerlessGpuCustomerError, TimeoutError):
@@ -97,11 +109,17 @@ class WorkloadCreationError(ServerlessGpuInternalError):
 
 
 class WorkloadFailureException(ServerlessGpuInternalError):
-    """A remote workload failed without returning outputs."""
+    """A remote workload failed without returning outputs (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class WorkloadTerminationError(ServerlessGpuInternalError):
-    """A remote workload could not be stopped."""
+    """A remote workload could not be stopped (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class OutputCollectionError(ServerlessGpuInternalError):
@@ -117,7 +135,10 @@ class RayConnectionError(ServerlessGpuInternalError):
 
 
 class EnvironmentUploadError(ServerlessGpuInternalError):
-    """The Python environment could not be shipped to remote workers."""
+    """The Python environment could not be shipped to remote workers (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class MissingEnvironmentError(ServerlessGpuInternalError):
@@ -125,19 +146,31 @@ class MissingEnvironmentError(ServerlessGpuInternalError):
 
 
 class CredentialError(ServerlessGpuInternalError):
-    """Credentials could not be found."""
+    """Credentials could not be found (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class APIError(ServerlessGpuInternalError):
-    """A backend API call failed."""
+    """A backend API call failed (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class EnvironmentDownloadError(ServerlessGpuInternalError):
-    """A worker could not download its Python environment."""
+    """A worker could not download its Python environment (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class CurlDownloadTimeoutError(EnvironmentDownloadError):
-    """Downloading the Python environment timed out."""
+    """Downloading the Python environment timed out (Databricks).
+
+    Kept for compatibility with the reference; this package never raises it.
+    """
 
 
 class RankExitError(RebuildableError, RuntimeError):

@@ -27,9 +27,9 @@ import time
 import types
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from databricks.air import _log_folders as log_folders
 from databricks.air import _variables, payload, tracking, validation
 from databricks.air._engine import launch as engine
-from databricks.air._engine import log_folders
 from databricks.air._switches import switched_on
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO stage 2, configured by a dict, through ``@distributed``: every GPU of this node, or 2 CPU ranks.
 
-    pip install "databricks-air-oss[deepspeed]"    # see the README for installing DeepSpeed without a CUDA toolkit
+    DS_BUILD_OPS=0 pip install --no-build-isolation -c constraints.txt ".[deepspeed]"   # in a checkout (README)
     python examples/train_deepspeed.py                                      # every visible GPU, nccl
     DATABRICKS_AIR_ACCELERATOR_TYPE=CPU python examples/train_deepspeed.py  # 2 CPU ranks, gloo
 

@@ -4,7 +4,9 @@ Convention (enforced by ``tests/test_docs.py``):
 
 * ```` ```python ```` blocks are executed, in order, one fresh process per page (the page's blocks share a namespace);
 * ```` ```bash ```` blocks are executed with ``bash -e``, in the same working directory, in page order;
-* ```` ```text ```` blocks show output and are never executed;
+* ```` ```text ```` blocks show output and are never executed; one that follows an executed block (nothing but
+  blank lines between) shows that block's output, and the tests compare the two (``tests/docs_output.py``) unless
+  the line before it is ``<!-- not-checked: <reason> -->``;
 * any block preceded by a line ``<!-- not-run: <reason> -->`` (blank lines may separate them) is not executed;
   the reason is required;
 * a line ``<!-- requires: module, module -->`` anywhere on a page names optional packages its blocks import: the
@@ -23,8 +25,8 @@ EXECUTED = ("python", "bash")
 SHOWN = ("text",)
 
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-_MARKER = re.compile(r"^\s*<!--\s*not-run\b(?P<rest>.*?)-->\s*$")
-_MARKER_START = re.compile(r"^\s*<!--\s*not-run\b")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|not-checked)\b(?P<rest>.*?)-->\s*$")
+_MARKER_START = re.compile(r"^\s*<!--\s*(?P<kind>not-run|not-checked)\b")
 _REQUIRES = re.compile(r"^\s*<!--\s*requires:(?P<modules>.*?)-->\s*$")
 
 
@@ -42,6 +44,15 @@ class Block:
     """The block's content, without the fence's indentation."""
     not_run_reason: Optional[str] = None
     """The reason given by a ``<!-- not-run: ... -->`` marker, when the block has one."""
+    output_of: Optional[int] = None
+    """For a ```text block right after an executed block: that block's number (the text shows its output)."""
+    not_checked_reason: Optional[str] = None
+    """The reason given by a ``<!-- not-checked: ... -->`` marker: the text is not compared with the output."""
+
+    @property
+    def checked_output_of(self) -> Optional[int]:
+        """The block whose real output this block must match, unless it is marked not-checked."""
+        return self.output_of if self.not_checked_reason is None else None
 
     @property
     def executed(self) -> bool:
@@ -73,19 +84,23 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
     lines = text.splitlines()
     blocks: List[Block] = []
     problems: List[str] = []
-    pending_marker: Optional[tuple] = None  # (line number, reason or None when malformed)
+    pending_marker: Optional[tuple] = None  # (line number, kind, reason or None when malformed)
+    prose_since_block = True  # whether anything but blank lines and markers came after the last block
     index = 0
     while index < len(lines):
         line = lines[index]
         opening = _FENCE_OPEN.match(line)
         if opening is None or (opening.group("fence")[0] == "`" and "`" in opening.group("info")):
-            if _MARKER_START.match(line):
+            start = _MARKER_START.match(line)
+            if start:
                 if pending_marker is not None:
                     problems.append(_dangling(pending_marker[0]))
-                pending_marker = (index + 1, _marker_reason(line))
-            elif line.strip() and pending_marker is not None:
-                problems.append(_dangling(pending_marker[0]))
-                pending_marker = None
+                pending_marker = (index + 1, start.group("kind"), _marker_reason(line))
+            elif line.strip():
+                prose_since_block = True
+                if pending_marker is not None:
+                    problems.append(_dangling(pending_marker[0]))
+                    pending_marker = None
             index += 1
             continue
         indent, fence = opening.group("indent"), opening.group("fence")
@@ -109,15 +124,22 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
         where = f"block {number} (line {opening_line}, ```{language or '<no language>'})"
         if not closed:
             problems.append(f"{where} is never closed")
+        if language == "text" and blocks and blocks[-1].executed and not prose_since_block:
+            block.output_of = blocks[-1].number
         if pending_marker is not None:
-            marker_line, reason = pending_marker
+            marker_line, kind, reason = pending_marker
             pending_marker = None
             if reason is None:
+                why = "why it cannot run" if kind == "not-run" else "why its output is not compared"
+                problems.append(f"{where}: the marker on line {marker_line} needs a reason: <!-- {kind}: {why} -->")
+            elif kind == "not-run":
+                block.not_run_reason = reason
+            elif block.output_of is None:
                 problems.append(
-                    f"{where}: the marker on line {marker_line} needs a reason: <!-- not-run: why it cannot run -->"
+                    f"{where}: not-checked (line {marker_line}) marks a ```text block right after an executed block"
                 )
             else:
-                block.not_run_reason = reason
+                block.not_checked_reason = reason
         if block.not_run_reason is None and block.language not in EXECUTED + SHOWN:
             if not any(problem.startswith(where) for problem in problems):
                 problems.append(
@@ -125,6 +147,7 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
                     "```text for output, or put <!-- not-run: <reason> --> on the line before it"
                 )
         blocks.append(block)
+        prose_since_block = False
     if pending_marker is not None:
         problems.append(_dangling(pending_marker[0]))
     requires = [

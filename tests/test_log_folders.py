@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from databricks.air._engine import log_folders
+from databricks.air import _log_folders as log_folders
 from databricks.air.exceptions import RuntimeConfigurationError
 
 DAY = 86400.0

@@ -56,6 +56,7 @@ COMPUTE_MODULES = (f"{OLD_MODULE}.compute", f"{NEW_MODULE}.compute")
 OLD_CLASSES = frozenset(f"{module}.{OLD_CLASS}" for module in COMPUTE_MODULES)
 NEW_CLASSES = frozenset(f"{module}.{NEW_CLASS}" for module in COMPUTE_MODULES)
 _PLAN = "am108_bindings"
+_ALIAS = re.compile(rf"\b{OLD_CLASS}\s+as\s+(\w+)")
 
 
 @dataclasses.dataclass
@@ -92,18 +93,29 @@ class GpuTypeMembersRule(Rule):
         self._rewrites: Dict[libcst.Attribute, str] = {}
         """Member access -> the new member, for this cell."""
         self._notes: Dict[libcst.Attribute, _Note] = {}
+        self._parents: Dict[libcst.CSTNode, libcst.CSTNode] = {}
+        """The parent of every node of the statements that spell GPUType or an alias (from the survey): what
+        ``ParentNodeProvider`` gives, without walking the whole cell."""
 
     # --- before any cell changes: every use, and what each import must become ----------------------------------
 
     def survey(self, module: libcst.Module) -> None:
         plan: Dict[Tuple[int, int], _Binding] = self.context.file.setdefault(_PLAN, {})
-        if self.context.text and OLD_CLASS not in self.context.text:
+        text = self.context.text or module.code
+        if OLD_CLASS not in text:
             return  # no GPUType here, nor any import of it (an alias is imported under its own name)
+        # Every use of GPUType spells it or an alias of it: only the statements that do can hold one. A cell none
+        # of whose own statements does has nothing to survey (the cell of an import in its prefix surveys that).
+        names = {OLD_CLASS, *_ALIAS.findall(text)}
+        holding = [s for s in module.body if any(name in self.statement_code(s) for name in names)]
+        if not set(holding) - set(module.body[: len(self.context.prefix)]):
+            return
+        self._parents = _parents_within(module, holding)
         for origin, assignment in self._gpu_type_imports():
             binding = plan.setdefault(origin, _Binding(assignment.name))
             for access in assignment.references:
                 self._survey_name(access.node, assignment, binding)
-        for node in self.metadata[ParentNodeProvider]:
+        for node in self._parents:
             if isinstance(node, libcst.Attribute) and node.attr.value == OLD_CLASS and self._is_old_class(node):
                 member = self._member_access(node)
                 if member is not None:
@@ -165,12 +177,12 @@ class GpuTypeMembersRule(Rule):
         return True
 
     def _launch_call_with_type(self, member: libcst.Attribute) -> Optional[libcst.Call]:
-        arg = self.get_metadata(ParentNodeProvider, member, None)
+        arg = self._parent(member)
         if not isinstance(arg, libcst.Arg) or arg.value is not member or arg.keyword is None:
             return None
         if arg.keyword.value not in TYPE_KEYWORDS:
             return None
-        call = self.get_metadata(ParentNodeProvider, arg, None)
+        call = self._parent(arg)
         if isinstance(call, libcst.Call) and is_launch_call(self.get_metadata, call, self.context.text or self.module.code):
             return call
         return None
@@ -274,23 +286,27 @@ class GpuTypeMembersRule(Rule):
 
     # --- helpers -------------------------------------------------------------------------------------------------
 
+    def _parent(self, node: libcst.CSTNode) -> Optional[libcst.CSTNode]:
+        found = self._parents.get(node)
+        return found if found is not None else self.get_metadata(ParentNodeProvider, node, None)
+
     def _is_old_class(self, node: libcst.CSTNode) -> bool:
         names = qualified_names(self.get_metadata, node)
         return bool(names) and all(name.name in OLD_CLASSES for name in names)
 
     def _member_access(self, node: libcst.CSTNode) -> Optional[libcst.Attribute]:
         """``node.X`` when ``node`` (a ``GPUType`` reference) is the value of an attribute access."""
-        parent = self.get_metadata(ParentNodeProvider, node, None)
+        parent = self._parent(node)
         if isinstance(parent, libcst.Attribute) and parent.value is node:
             return parent
         return None
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
-        parent = self.get_metadata(ParentNodeProvider, node, None)
+        parent = self._parent(node)
         while parent is not None and not isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
             if isinstance(parent, (libcst.Try, libcst.TryStar, libcst.If)):
                 return True
-            parent = self.get_metadata(ParentNodeProvider, parent, None)
+            parent = self._parent(parent)
         return False
 
     def _mentioned_elsewhere(self, name: str) -> bool:
@@ -299,9 +315,9 @@ class GpuTypeMembersRule(Rule):
         return any(word.search(text) for text in self.context.unparsed)
 
     def _is_plain_module_level(self, node: libcst.ImportFrom) -> bool:
-        statement = self.get_metadata(ParentNodeProvider, node, None)
+        statement = self._parent(node)
         return self.context.kind == "python" and isinstance(
-            self.get_metadata(ParentNodeProvider, statement, None), libcst.Module
+            self._parent(statement), libcst.Module
         )
 
 
@@ -328,3 +344,25 @@ def _without(names: List[libcst.ImportAlias], index: int) -> List[libcst.ImportA
         kept[-1] = kept[-1].with_changes(comma=names[index].comma)
     return kept
 
+
+class _ParentsOf(libcst.CSTVisitor):
+    def __init__(self, module: libcst.Module) -> None:
+        super().__init__()
+        self.parents: Dict[libcst.CSTNode, libcst.CSTNode] = {}
+        self._stack: List[libcst.CSTNode] = [module]
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return True
+
+    def on_leave(self, original_node: libcst.CSTNode) -> None:
+        self._stack.pop()
+
+
+def _parents_within(module: libcst.Module, statements: List[libcst.BaseStatement]) -> Dict[libcst.CSTNode, libcst.CSTNode]:
+    """The parent of every node of ``statements`` (top-level statements of ``module``, whose parent it is)."""
+    visitor = _ParentsOf(module)
+    for statement in statements:
+        statement.visit(visitor)
+    return visitor.parents

@@ -1,6 +1,6 @@
 """Running ranks on a Ray cluster: the machinery behind ``remote=True``, ``ray_init`` and ``ray_launch``.
 
-Ray is optional (``pip install "databricks-air-oss[ray]"``); nothing here is imported until a Ray feature is used.
+Ray is optional (the ``ray`` extra: ``pip install ".[ray]"`` in a checkout); nothing here is imported until a Ray feature is used.
 A call travels: :mod:`.ray_call` (the Ray implementation of the engine's ``Call``) connects through :mod:`.session`,
 turns the decorator's settings into one placement-group bundle per rank (:mod:`.request`), reserves the bundles
 (:mod:`.placement`), starts one :class:`.rank_host.RankHost` actor per bundle, gives each rank its torchrun

@@ -6,17 +6,19 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-RAY_EXTRA = "databricks-air-oss[ray]"
+# What the package's `ray` extra brings (pyproject.toml); the package itself is installed from a checkout or a wheel.
+RAY_REQUIREMENT = "ray[default]>=2.40"
 
 
 def import_ray() -> ModuleType:
-    """The ``ray`` module; an :class:`ImportError` naming the extra when it is not installed."""
+    """The ``ray`` module; an :class:`ImportError` saying how to install it when it is not installed."""
     try:
         return importlib.import_module("ray")
     except ImportError as error:
         raise ImportError(
             f"Ray is not installed, and remote=True, ray_init and ray_launch need it: "
-            f'pip install "{RAY_EXTRA}" (it brings ray[default])'
+            f'pip install "{RAY_REQUIREMENT}" (what the package\'s ray extra brings: pip install ".[ray]" in '
+            "its checkout)"
         ) from error
 
 

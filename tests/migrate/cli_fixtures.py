@@ -34,6 +34,8 @@ MANUAL = 'import importlib\nmodule = importlib.import_module("serverless_gpu")\n
 BLOCKED = 'from serverless_gpu import distributed\n\n@distributed(gpus=4, gpu_type="H100")\ndef f(): ...\n'
 CLEAN = "import torch\n\nx = torch.zeros(3)\n"
 NOT_UTF8 = b"# serverless_gpu caf\xe9\n"
+NOT_UTF8_ADVICE = ("if it is in another encoding, declare it on its first or second line, e.g. "
+                   "`# -*- coding: latin-1 -*-` (PEP 263)")
 
 
 def notebook(*sources: str, markdown_first: bool = True) -> str:

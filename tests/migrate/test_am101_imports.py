@@ -109,7 +109,7 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
             (2, 16, True, "a string names the module path 'serverless_gpu.launcher.distributed', left as it is: if "
                           "code imports or patches by it (mock.patch, import_module), write databricks.air there"),
         ),
-        # Prose: a note (info), never an item for a person (issue 16 §11).
+        # Prose: a note (info), never an item for a person.
         ('"""Trains with serverless_gpu."""\n',
          (1, 1, False, "a string mentions serverless_gpu (prose, not code); it is left as it is")),
         ('x = f"{n} GPUs of serverless_gpu"\n',

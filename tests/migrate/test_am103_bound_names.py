@@ -1,4 +1,4 @@
-"""A GPU type (or count) given through a name bound to a literal in the same file (issue 16, item 3):
+"""A GPU type (or count) given through a name bound to a literal in the same file:
 ``GPU_TYPE = "H100"`` at module level or in an earlier notebook cell, then ``gpu_type=GPU_TYPE``. The literal is
 rewritten when every use of the name is a GPU type; otherwise each call is reported (AM109), never silently."""
 

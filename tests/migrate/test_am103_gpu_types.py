@@ -106,4 +106,4 @@ def test_unmappable_values_block_the_file_and_string_mentions_do_not() -> None:
     _, raw = apply(REGISTRY["AM103"], libcst.parse_module(f'{HEADER}distributed(accelerator_type="h200")(f)\n'))
     assert [f.blocking for f in raw] == [True]
     _, strings = apply(REGISTRY["AM101"], libcst.parse_module('"""Uses serverless_gpu."""\n'))
-    assert [(f.attention, f.blocking, f.info) for f in strings] == [(False, False, True)]  # a note (issue 16 §11)
+    assert [(f.attention, f.blocking, f.info) for f in strings] == [(False, False, True)]  # a note

@@ -1,4 +1,4 @@
-"""What the TorchDistributor rewrite keeps that a reader might not see (issue 16, items 5, 8 and 9): no time limit
+"""What the TorchDistributor rewrite keeps that a reader might not see: no time limit
 (``timeout=None``, reported for review), distributors rebound cell by cell, a count held in a variable, and every
 comment of what is taken out."""
 
@@ -17,7 +17,7 @@ IMPORT = "from pyspark.ml.torch.distributor import TorchDistributor\n"
 SEPARATOR = "\n# COMMAND ----------\n\n"
 
 
-# --- item 8: no time limit, as before ---------------------------------------------------------------------------
+# --- no time limit, as before ---------------------------------------------------------------------------
 
 
 def test_the_new_decorator_keeps_no_time_limit_in_plain_sight_and_says_how_to_choose_a_cap() -> None:
@@ -40,7 +40,7 @@ def test_every_decorator_form_says_timeout_none(arguments: str, decorator: str) 
     assert f"{decorator}\ndef train():" in migrate(source)[0]
 
 
-# --- item 5: a distributor rebound cell by cell, a count held in a variable ---------------------------------------
+# --- a distributor rebound cell by cell, a count held in a variable ---------------------------------------
 
 
 def databricks(*cells: str) -> str:
@@ -152,7 +152,7 @@ def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() ->
     ]
 
 
-# --- item 9: no comment is lost ---------------------------------------------------------------------------------
+# --- no comment is lost ---------------------------------------------------------------------------------
 
 
 def _comments(text: str) -> List[str]:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict
@@ -20,6 +21,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 import migrate_corpus as corpus  # noqa: E402
 import migrate_speed as speed  # noqa: E402
+import migrate_variants as variants  # noqa: E402
 
 
 def _tree(root: Path) -> Dict[str, bytes]:
@@ -106,7 +108,7 @@ def test_matching_check_accepts_the_migration_and_rejects_a_leftover_or_an_untou
 ) -> None:
     pristine = migrated / "pristine" / "matching"
     files = [corpus.MatchingFile(str(p), p.read_text().count("gpus=")) for p in sorted(pristine.iterdir())]
-    check = speed.check_matching(files, str(migrated))
+    check = speed.check_matching(files, str(migrated), "matching")
     run = _copy_of_result(migrated, "matching", tmp_path)
     check(str(pristine), run)
 
@@ -175,3 +177,75 @@ def test_runs_with_different_reports_are_not_the_same_result(tmp_path: Path) -> 
         speed.same_result(one, other)
     other.last = speed.Run(0, one.last.stdout, "", str(tmp_path / "a"))
     speed.same_result(one, other)
+
+
+# --- the corpora of other shapes (bench/migrate_variants.py) ----------------------------------------------------
+
+
+def test_placed_files_reach_the_old_api_in_every_placement_and_every_import_form(tmp_path: Path) -> None:
+    files = variants.write_placed_files(str(tmp_path), len(variants.IMPORT_FORMS), lines=300, seed=3)
+    texts = [Path(made.path).read_text() for made in files]
+    assert variants.write_placed_files(str(tmp_path / "again"), 2, lines=300, seed=3)[0].decorators == \
+        files[0].decorators
+    for made, text in zip(files, texts):
+        assert made.decorators == text.count("gpus=") >= 2
+        assert 280 <= len(text.splitlines()) <= 450
+    joined = "\n".join(texts)
+    for statement, _ in variants.IMPORT_FORMS:
+        assert statement in joined
+    for placement in ("@staticmethod\n    @", "\n    @", ")(run_", ".with_overrides(", "(\n    gpus=",
+                      "from serverless_gpu import distributed as nested", "gpu_type=GPUType.", "@log_calls\n@"):
+        assert placement in joined, placement
+
+
+def test_sparse_files_hold_one_or_two_uses_among_hundreds_of_statements(tmp_path: Path) -> None:
+    for made in variants.write_sparse_files(str(tmp_path), 4, lines=500, seed=2):
+        text = Path(made.path).read_text()
+        assert 1 <= made.decorators <= 3 and len(text.splitlines()) >= 450
+
+
+def test_the_varied_notebook_has_uses_in_many_cells_among_magics(tmp_path: Path) -> None:
+    cells = variants.varied_notebook_cells(80, seed=4)
+    assert len(cells) == 80 and cells == variants.varied_notebook_cells(80, seed=4)
+    sources = "\n".join(cell.source for cell in cells)
+    assert sum(cell.decorators for cell in cells) >= 6
+    for magic in ("%pip install serverless_gpu", "%run ./", "%%capture", "files = !ls", "dbutils.library"):
+        assert magic in sources
+    corpus.write_ipynb(str(tmp_path / "nb.ipynb"), cells)
+    corpus.write_databricks(str(tmp_path / "nb.py"), cells)
+    code = main(["--no-progress", str(tmp_path)])
+    assert code == 0
+    speed.check_ipynb(cells)(str(tmp_path / "nb.ipynb"), speed.Run(0, "", "", str(tmp_path / "nb.ipynb")))
+
+
+def test_the_big_script_check_wants_every_keyword_renamed_and_the_file_untouched(tmp_path: Path) -> None:
+    script = tmp_path / "big.py"
+    script.write_text("x = 1\n")
+    check = speed.check_big_script(2)
+    said = "big.py:1:1: AM102 change gpus= -> num_accelerators=\n" * 2 + "big.py: would change\n"
+    check(str(script), speed.Run(1, said, "", str(script)))
+    with pytest.raises(speed.WrongResult, match="1 gpus= keywords renamed"):
+        check(str(script), speed.Run(1, said.split("\n", 1)[1], "", str(script)))
+    with pytest.raises(speed.WrongResult, match="exit code 0"):
+        check(str(script), speed.Run(0, said, "", str(script)))
+
+
+def test_a_notebook_with_saved_outputs_is_read_in_its_layout_and_keeps_its_outputs(tmp_path: Path) -> None:
+    cells = variants.varied_notebook_cells(30, seed=5)
+    path = tmp_path / "nb.ipynb"
+    corpus.write_ipynb(str(path), cells, output_lines=3)
+    before = json.loads(path.read_text())["cells"]
+    code_cells = [cell for cell in before if cell["cell_type"] == "code"]
+    assert code_cells and all(len(cell["outputs"][0]["text"]) == 3 for cell in code_cells)
+    read_source(str(path), path.read_bytes())  # its layout is one the tool writes back exactly
+    assert main(["--no-progress", str(path)]) == 0
+    after = json.loads(path.read_text())["cells"]
+    assert [cell.get("outputs") for cell in after] == [cell.get("outputs") for cell in before]
+
+
+def test_the_peak_memory_wrapper_reports_the_commands_own_peak_and_its_exit_code(tmp_path: Path) -> None:
+    out = tmp_path / "peak"
+    grow = "b = bytearray(64 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); raise SystemExit(3)"
+    code = subprocess.call([sys.executable, speed.PEAK_MEMORY, str(out), "--", sys.executable, "-c", grow])
+    assert code == 3
+    assert 64 * 1024 <= int(out.read_text()) < 1024 * 1024  # KiB: its 64 MiB, not this process's pages

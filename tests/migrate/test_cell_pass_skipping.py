@@ -1,5 +1,6 @@
-"""The cell pass traverses only the top-level statements some rule asks for, and still finds every launch call,
-whatever name it is imported under (:meth:`air_migrate.rule_base.Rule.statement_words`)."""
+"""The cell pass traverses only the statements some rule asks for (top-level ones, and nested ones in those), and
+still finds every launch call, whatever name it is imported under
+(:meth:`air_migrate.rule_base.Rule.statement_words`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def test_statements_without_a_requested_word_are_not_traversed() -> None:
     assert seen == ["wanted", "helper"]
 
 
+def test_nested_statements_without_a_requested_word_are_not_traversed_either() -> None:
+    seen = _seen(_Counting, "def f(a):\n    b = a\n    if b:\n        c = 1\n        wanted = c\n    return b\n")
+    assert seen == ["f", "a", "b", "wanted", "c"]  # the def's header, the if's test, the statement with the word
+
+
 def test_a_rule_that_needs_every_statement_sees_them_all() -> None:
     seen = _seen(_All, PLAIN)
     assert "y" in seen and "helper" in seen
@@ -82,6 +88,13 @@ ALIASED = [
     + "run = air.ray_launch(gpus=4, gpu_type='H100')(helper)\ny = serverless_gpu.compute\n",
     "try:\n    from serverless_gpu import distributed as d\nexcept ImportError:\n    d = None\n" + PLAIN
     + "@d(gpus=1, gpu_type='A10')\ndef h(): ...\nh.with_overrides(gpus=2)\n",
+    # In the bodies of functions, classes and blocks, among statements that hold no word:
+    "import serverless_gpu as sg\ndef main():\n    " + PLAIN.replace("\n", "\n    ")
+    + "for i in range(2):\n        x = i\n        if x:\n            run = sg.distributed(gpus=8, gpu_type='H100')(f)\n"
+    "    return helper(2)\n",
+    'class Jobs:\n    """Uses serverless_gpu."""\n    def build(self):\n        from serverless_gpu import ray_launch\n'
+    "        y = 1\n        @ray_launch(gpus=2, gpu_type='A10')\n        def inner(): ...\n        return inner\n"
+    "    def other(self):\n        return 2\n",
 ]
 
 

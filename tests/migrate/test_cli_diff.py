@@ -137,3 +137,40 @@ def test_auto_colour_on_a_terminal_and_no_color(
     monkeypatch.setenv("NO_COLOR", "1")
     main(["--check", "plain.py"])
     assert "\x1b" not in capsys.readouterr().out
+
+
+# A file long enough (200 lines or more) for difflib's matcher to take its blank lines for junk.
+_FILLER = "".join(f"def helper_{n}(x):\n    return x * {n}\n\n\n" for n in range(60))
+LONG_SCRIPT = (
+    _FILLER + "def launch():\n    from serverless_gpu import distributed as nested\n\n"
+    "    @nested(gpus=2)\n    def job():\n        pass\n\n    return job\n"
+)
+
+
+def test_a_long_files_diff_holds_only_the_changed_lines_and_their_context(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_tree(repo, {"long.py": LONG_SCRIPT})
+    assert main(["--diff", "long.py"]) == 1
+    diff = capsys.readouterr().out
+    removed = [line for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert removed == ["-    from serverless_gpu import distributed as nested", "-    @nested(gpus=2)"]
+    assert added == ["+    from databricks.air import distributed as nested", "+    @nested(num_accelerators=2)"]
+    assert diff.count("\n@@ ") + diff.startswith("@@ ") == 1
+    assert len(diff.splitlines()) == 3 + 3 + 2 + 1 + 2 + 3  # headers, context, a change, one line, a change, context
+    assert _git(repo, "apply", "-", stdin=diff).returncode == 0
+    assert (repo / "long.py").read_text() == LONG_SCRIPT.replace("serverless_gpu", "databricks.air").replace(
+        "gpus=2", "num_accelerators=2")
+
+
+def test_the_diff_of_a_cell_is_minimal_too() -> None:
+    from air_migrate.diffing import cell_diffs
+    from air_migrate.results import FileResult
+
+    before = LONG_SCRIPT
+    after = before.replace("serverless_gpu", "databricks.air").replace("(gpus=2)", "(num_accelerators=2)")
+    diff = cell_diffs(FileResult("nb.ipynb", b"", cells={2: (before, after)}), "nb.ipynb")
+    assert [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")] == [
+        "-    from serverless_gpu import distributed as nested", "+    from databricks.air import distributed as nested",
+        "-    @nested(gpus=2)", "+    @nested(num_accelerators=2)"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-from cli_fixtures import BLOCKED, CLEAN, MANUAL, NOT_UTF8, SCRIPT, SCRIPT_AFTER, engine_lines, feed_stdin
+from cli_fixtures import BLOCKED, CLEAN, MANUAL, NOT_UTF8, NOT_UTF8_ADVICE, SCRIPT, SCRIPT_AFTER, engine_lines, feed_stdin
 
 from air_migrate.cli import main
 from air_migrate.diffing import file_diff
@@ -51,7 +51,7 @@ def _summary(kind: str, verb: str, data: bytes) -> str:
     changes = sum(" change " in line or " review " in line for line in lines) if changed else 0
     person = sum(" manual " in line or " blocking " in line for line in lines)
     text = (
-        f"air-migrate: 1 file(s) scanned, {0 if kind in ('clean', 'failed') else 1} mention serverless_gpu, its keywords or TorchDistributor, "
+        f"air-migrate: 1 file(s) scanned, {0 if kind == 'clean' else 1} mention serverless_gpu, its keywords or TorchDistributor, "
         f"{int(changed)} {verb} ({changes} change(s)), {person} item(s) need a person, {int(kind == 'failed')} failed"
     )
     if kind == "blocking":
@@ -67,7 +67,8 @@ def _expected(mode: str, kind: str) -> Tuple[int, str, str, Optional[bytes]]:
     after = AFTER.get(kind, data)
     stdin = mode.startswith("stdin")
     report = "".join(line + "\n" for line in engine_lines("job.py", data))
-    error = "job.py: error: not UTF-8 (invalid continuation byte at byte 20)\n" if kind == "failed" else ""
+    error = (f"job.py: error: not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}\n"
+             if kind == "failed" else "")
     dry = mode in ("diff", "diff-json", "check", "stdin-diff", "stdin-check")
     verb = "would change" if dry else ("changed in out" if mode == "out-dir" else "changed")
     summary = _summary(kind, verb, data)
@@ -167,5 +168,5 @@ def test_a_failed_file_does_not_stop_the_others_and_wins_the_exit_code(
     assert (tmp_path / "c_blocked.py").read_text() == BLOCKED
     err = capsys.readouterr().err
     assert f"{tmp_path}/a_bad.py: error: not UTF-8" in err
-    assert "3 file(s) scanned, 2 mention serverless_gpu, its keywords or TorchDistributor, 1 changed" in err
+    assert "3 file(s) scanned, 3 mention serverless_gpu, its keywords or TorchDistributor, 1 changed" in err
     assert err.rstrip().endswith("1 failed; 1 file(s) not converted because of blocking items (see --partial)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Set
 
 import pytest
-from cli_fixtures import BLOCKED, CLEAN, DATABRICKS, MANUAL, NOT_UTF8, NOTEBOOK, SCRIPT, write_tree
+from cli_fixtures import BLOCKED, CLEAN, DATABRICKS, MANUAL, NOT_UTF8, NOT_UTF8_ADVICE, NOTEBOOK, SCRIPT, write_tree
 
 from air_migrate.cli import main
 from air_migrate.report import record_line
@@ -112,10 +112,11 @@ def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
         where = r["file"] + (f":cell {r['cell']}" if r["cell"] is not None else "")
         as_text.append(f"{where}:{r['line']}:{r['col']}: {r['code']} {r['severity']} {r['message']}")
     assert as_text == text_records
-    assert document["summary"] == {"mode": "check", "scanned": 7, "relevant": 5, "changed": 3, "changes": 12,
+    assert document["summary"] == {"mode": "check", "scanned": 7, "relevant": 6, "changed": 3, "changes": 12,
                                    "needs_person": 2, "blocked": 1, "failed": 1, "notes": 0}
-    assert document["errors"] == [{"file": "g.py", "message": "not UTF-8 (invalid continuation byte at byte 20)"}]
-    assert err.endswith("air-migrate: 7 file(s) scanned, 5 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
+    assert document["errors"] == [
+        {"file": "g.py", "message": f"not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}"}]
+    assert err.endswith("air-migrate: 7 file(s) scanned, 6 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
                         "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "
                         "blocking items (see --partial)\n")
 
@@ -134,8 +135,8 @@ def test_the_text_report_file_holds_the_records_errors_and_summary_without_colou
         "a.py:3:14: AM102 change gpus= -> num_accelerators=",
         "a.py:3:22: AM102 change gpu_type= -> accelerator_type=",
         "a.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'",
-        "g.py: error: not UTF-8 (invalid continuation byte at byte 20)",
-        "air-migrate: 2 file(s) scanned, 1 mention serverless_gpu, its keywords or TorchDistributor, 1 changed (4 change(s)), "
+        f"g.py: error: not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}",
+        "air-migrate: 2 file(s) scanned, 2 mention serverless_gpu, its keywords or TorchDistributor, 1 changed (4 change(s)), "
         "0 item(s) need a person, 1 failed",
     ]
     assert not list(tmp_path.glob("*.air-migrate-tmp"))

@@ -1,5 +1,5 @@
-"""The keyword and type rules follow ``distributed`` and ``ray_launch`` however they were imported (issue 16, items 1,
-2 and 4): the package, its submodules (``serverless_gpu.launcher``, ``serverless_gpu.ray``, the old
+"""The keyword and type rules follow ``distributed`` and ``ray_launch`` however they were imported, and GPU
+type strings as the runtime reads them: the package, its submodules (``serverless_gpu.launcher``, ``serverless_gpu.ray``, the old
 ``serverless_gpu.api``), aliases and ``import ... as``; and ``--check`` never passes a file left half-migrated."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_check_fails_until_the_ray_launch_keywords_are_rewritten_and_passes_afte
     assert _check(path, capsys) == 0
 
 
-# --- GPU type strings as the runtime reads them (item 4) ----------------------------------------------------------
+# --- GPU type strings as the runtime reads them ----------------------------------------------------------
 
 
 SPELLINGS = ["h100", "H100", " H100 ", "h100_80gb", "a10", "A10G", "a10g", "b300", "B300"]

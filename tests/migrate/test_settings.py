@@ -1,4 +1,4 @@
-"""Configuration in ``pyproject.toml`` under ``[tool.air-migrate]`` (issue 16 §12): found from the current directory
+"""Configuration in ``pyproject.toml`` under ``[tool.air-migrate]``: found from the current directory
 upward as ruff finds its own, the command line winning, ``--show-settings`` saying what is in force and where it
 came from, and a bad table refused with the file, the key and the fix (exit code 2)."""
 

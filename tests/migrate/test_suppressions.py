@@ -1,4 +1,4 @@
-"""Mentions that are not code only inform, and suppression comments as ruff users write them (issue 16 §11).
+"""Mentions that are not code only inform, and suppression comments as ruff users write them.
 
 * a mention of ``serverless_gpu`` in a docstring, a log line or a message is an ``info`` note, which never fails
   ``--check``; a string that is a module path into it (``mock.patch("serverless_gpu.launcher.distributed")``) is

@@ -33,7 +33,7 @@ def test_without_ray_every_ray_feature_names_the_extra(monkeypatch: pytest.Monke
         lambda: ray_launch(num_accelerators=2, accelerator_type="CPU"),
         lambda: distributed(num_accelerators=2, accelerator_type="CPU", remote=True)(print),
     ):
-        with pytest.raises(ImportError, match=r'pip install "databricks-air-oss\[ray\]"'):
+        with pytest.raises(ImportError, match=r'pip install "ray\[default\]>=2.40"'):
             use()
 
 
