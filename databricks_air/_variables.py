@@ -2,7 +2,7 @@
 
 Modules read them through these names (on/off switches with :mod:`databricks.air._switches`), so that a reader can
 find every place a variable matters by searching for its name here. The user-facing ones are documented in
-``docs/concepts/environment.md``; the last two are bookkeeping that ranks inherit.
+``docs/concepts/environment.md``; the last four are bookkeeping that ranks inherit.
 """
 
 from __future__ import annotations
@@ -72,3 +72,9 @@ BETA_NOTICE_SHOWN = "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"
 
 SERVERLESS_GPU_WARNED = "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"
 """Set once ``serverless_gpu``'s deprecation warning was shown in this process tree."""
+
+RANK_HOOKS = "DATABRICKS_AIR_RANK_HOOKS"
+"""Modules whose ``rank_started()``/``rank_ending()`` each rank runs (set by the caller: tracking's rank side)."""
+
+RUN_SNAPSHOT = "DATABRICKS_AIR_RUN_SNAPSHOT"
+"""The call's MLflow run as it was created (MLflow's protobuf, base64), so that ranks need not read it back."""

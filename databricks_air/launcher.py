@@ -210,7 +210,7 @@ class DistributedFunction:
             )
             if run is not None:
                 run.show()
-                environ.update(run.rank_environ())
+                environ.update(run.environ_for_ranks(environ))
                 run.start_log_uploads(log_dir)
                 if not self.remote:  # this node's metrics say nothing of ranks on other machines
                     run.start_system_metrics()

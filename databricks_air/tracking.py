@@ -14,6 +14,7 @@ the root cause as a tag and the whole report as ``failure.txt``. It ends FINISHE
 
 from __future__ import annotations
 
+import base64
 import glob
 import html
 import importlib.util
@@ -24,9 +25,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
-from databricks.air import _mlflow_quiet, _notebook, _progress, _variables
+from databricks.air import _mlflow_quiet, _notebook, _progress, _variables, rank_tracking
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
@@ -52,11 +53,23 @@ def tracking_enabled() -> bool:
 class CallRun:
     """The MLflow run of one call."""
 
-    def __init__(self, client: Any, run_id: str, experiment_id: str, tracking_uri: str, name: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        experiment_id: str,
+        tracking_uri: str,
+        name: str,
+        registry_uri: Optional[str] = None,
+        snapshot: Optional[str] = None,
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.tracking_uri = tracking_uri
+        self.registry_uri = registry_uri
+        self.snapshot = snapshot
+        """The run as created, for the ranks (see ``_variables.RUN_SNAPSHOT``)."""
         self.name = name
         self.started = time.time()
         self._uploader: Optional[_LogUploader] = None
@@ -99,15 +112,36 @@ class CallRun:
                 f"{_variables.MLFLOW}=0 to run without tracking."
             ) from error
         client.log_batch(run.info.run_id, params=[Param(key, str(value)) for key, value in params.items()])
-        return cls(client, run.info.run_id, experiment_id, uri, name)
+        snapshot = base64.b64encode(run.to_proto().SerializeToString()).decode()
+        return cls(
+            client, run.info.run_id, experiment_id, uri, name, registry_uri=mlflow.get_registry_uri(), snapshot=snapshot
+        )
 
     def rank_environ(self) -> Dict[str, str]:
-        """Variables that make ``mlflow.log_*`` in a rank log into this run, in this store."""
+        """Variables that make ``mlflow.log_*`` in a process log into this run, in this store."""
         return {
             "MLFLOW_RUN_ID": self.run_id,
             "MLFLOW_TRACKING_URI": self.tracking_uri,
             "MLFLOW_EXPERIMENT_ID": self.experiment_id,
         }
+
+    def environ_for_ranks(self, caller_environ: Mapping[str, str]) -> Dict[str, str]:
+        """What the ranks of a ``.distributed()`` call get on top of ``caller_environ``: this run
+        (:meth:`rank_environ`), tracking's rank side (:mod:`databricks.air.rank_tracking`) as a rank hook, and
+        MLflow settings the caller left unset:
+
+        * ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: MLflow's asynchronous logging writes one batch a second
+          per rank (the rank side sends metrics through it), not one per point;
+        * ``MLFLOW_REGISTRY_URI``: the caller's registry; left unset, MLflow looks for a Spark session (a failed
+          ``import pyspark`` of about 1 ms) in every fluent call, which is most of what ``log_metric`` costs.
+        """
+        environ = self.rank_environ()
+        environ[_variables.RANK_HOOKS] = rank_tracking.__name__
+        if self.snapshot:
+            environ[_variables.RUN_SNAPSHOT] = self.snapshot
+        defaults = {"MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS": "1", "MLFLOW_REGISTRY_URI": self.registry_uri}
+        environ.update({key: value for key, value in defaults.items() if value and key not in caller_environ})
+        return environ
 
     # --- showing the run -----------------------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "databricks_air"
 SOURCES = [PACKAGE, ROOT / "serverless_gpu", ROOT / "codemods"]
 OUR_VARIABLE = re.compile(r"DATABRICKS_(AIR|INTERNAL)_[A-Z_]+")
-BOOKKEEPING = {_variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED}  # not for users to set
+BOOKKEEPING = {  # not for users to set
+    _variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED, _variables.RANK_HOOKS, _variables.RUN_SNAPSHOT
+}
 
 
 def python_files(*folders: Path) -> Iterator[Path]:

@@ -10,12 +10,11 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from mlflow_fixtures import free_port, mlflow_server, only_run, store  # noqa: F401 - fixtures
 from process_helpers import wait_until
 from databricks.air import distributed
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
@@ -23,25 +22,6 @@ from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigu
 mlflow = pytest.importorskip("mlflow")
 
 cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Tracking on, into a SQLite store of this test's own."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(uri)
-    yield uri
-    while mlflow.active_run():
-        mlflow.end_run()
-    mlflow.set_tracking_uri(None)
-    from mlflow.tracking import fluent
-
-    fluent._active_experiment_id = None
 
 
 def log_losses(steps: int) -> int:
@@ -56,12 +36,6 @@ def log_losses(steps: int) -> int:
     print(f"rank {rank} logged {steps} steps")
     dist.destroy_process_group()
     return rank
-
-
-def only_run(client) -> "mlflow.entities.Run":
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert len(runs) == 1
-    return runs[0]
 
 
 def test_a_call_is_one_run_with_every_ranks_metrics_params_tags_and_logs(
@@ -232,16 +206,10 @@ def test_tracking_can_be_turned_off(store: str, tmp_path: Path, monkeypatch: pyt
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_an_unreachable_server_fails_before_any_rank_starts(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -249,41 +217,6 @@ def test_an_unreachable_server_fails_before_any_rank_starts(store: str, monkeypa
         cpu2(log_losses).distributed(1)
     started = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not [p for p in started if "rank_server" not in " ".join(psutil.Process(p).cmdline())]
-
-
-@pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    """A real `mlflow server` on a free loopback port, with a SQLite backend."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-            "--default-artifact-root", str(tmp_path / "artifacts"), "--workers", "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=1):
-                return True
-        except OSError:
-            return False
-
-    try:
-        assert wait_until(healthy, 90, interval=0.5), "mlflow server did not start"
-        yield uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def test_against_a_real_mlflow_server(
@@ -341,7 +274,7 @@ def test_a_notebook_names_its_experiment_where_jupyter_says_which_notebook(monke
 def test_a_serialization_failure_is_reported_even_when_the_store_is_unreachable(
     store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     lock = threading.Lock()

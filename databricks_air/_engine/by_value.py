@@ -52,9 +52,11 @@ class Pickler(cloudpickle.CloudPickler):
 
     def __init__(self, file: Any, protocol: Optional[int] = pickle.HIGHEST_PROTOCOL, **kwargs: Any) -> None:
         super().__init__(file, protocol=protocol, **kwargs)
+        # A copy, made in one step: building a list of (name, module) pairs allocates, which can run the garbage
+        # collector and let another thread (MLflow's async logging in a rank) import a module half-way through.
         self._module_entries = {
             id(value): name
-            for name, value in list(sys.modules.items())
+            for name, value in sys.modules.copy().items()
             if value is not None and type(value) is not types.ModuleType  # noqa: E721 - exact type on purpose
         }
         # File name -> its lines, read once per pickle; the same list each time, so that the pickle holds it once.

@@ -34,7 +34,7 @@ from typing import Optional
 
 import cloudpickle
 
-from databricks.air._engine import by_value, rank_probe
+from databricks.air._engine import by_value, rank_hooks, rank_probe
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
@@ -131,6 +131,7 @@ def run_function(files: CallFiles, rank: int) -> int:
 def finish(status: int) -> None:
     """End the rank like an interpreter would (threads joined, ``atexit`` run), but never return to the server."""
     try:
+        rank_hooks.end()  # before the threads are joined: a hook may still need its background threads
         shutdown_threads = getattr(threading, "_shutdown", None)
         if shutdown_threads is not None and threading.current_thread() is threading.main_thread():
             shutdown_threads()
@@ -159,6 +160,7 @@ def run(call_dir: str, rank: int) -> None:
     status = 1
     try:
         apply_setup(files, rank, setup)
+        rank_hooks.start()
         status = run_function(files, rank)
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
         record = _failure(OutcomeKind.RAISED, error)

@@ -25,6 +25,7 @@ attached where noted.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pickle
 import selectors
@@ -90,7 +91,10 @@ class RankServer:
     # --- the loop ------------------------------------------------------------------------------------------------
 
     def serve(self, problems: List[str], deferred: List[str]) -> None:
-        """Answer requests until the caller goes; ``deferred`` modules are imported the first time it is idle."""
+        """Answer requests until the caller goes; ``deferred`` modules are imported the first time it is idle:
+        after half a second without a request, or as soon as the first call's processes have all ended (calls in a
+        loop never leave it half a second: the second call's request then waits for the import, its ranks start
+        with them loaded)."""
         try:
             send(self.control, {"op": "ready", "pid": self.pid, "problems": problems})
         except OSError:
@@ -98,16 +102,16 @@ class RankServer:
         try:
             while True:
                 ready = self.selector.select(_IDLE_SECONDS if deferred and not self.children else None)
-                if not ready and deferred:
-                    _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
-                    self.fork_safe = self.fork_safe and not rank_readers_loaded()
-                    deferred = []
                 for key, _ in ready:
                     if key.data is None:
                         if not self._handle_request():
                             return
                     else:
                         self._reap(key.fd)
+                if deferred and not self.children and (not ready or any(key.data is not None for key, _ in ready)):
+                    _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
+                    self.fork_safe = self.fork_safe and not rank_readers_loaded()
+                    deferred = []
         finally:
             self.kill_all()
             self.remove_call_dirs()
@@ -317,8 +321,11 @@ def rank_readers_loaded() -> List[str]:
 
 
 def deferred_preloads() -> List[str]:
-    """Modules worth having in ranks but not worth delaying the first call for (MLflow, when tracking is on)."""
-    return [] if switched_off(_variables.MLFLOW) else ["mlflow"]
+    """Modules worth having in ranks but not worth delaying the first call for: with tracking on, MLflow and its
+    SQL store (the default store, which a rank's first ``log_metric`` would import: seconds, like MLflow itself)."""
+    if switched_off(_variables.MLFLOW):
+        return []
+    return ["mlflow", "mlflow.store.tracking.sqlalchemy_store"] if importlib.util.find_spec("sqlalchemy") else ["mlflow"]
 
 
 def _import_all(modules: List[str]) -> List[str]:
