@@ -23,11 +23,12 @@ def _default(enqueued: int, completed: int, op: str = "all_reduce", sizes: Optio
 
 
 def _in_collective(line: int = 12) -> List[Frame]:
-    return [Frame("/work/train.py", line, "train", "dist.all_reduce(t)"), Frame(TORCH, 3252, "all_reduce", "work.wait()")]
+    return [Frame("/home/me/project/train.py", line, "train", "dist.all_reduce(t)"),
+            Frame(TORCH, 3252, "all_reduce", "work.wait()")]
 
 
 def _sleeping() -> List[Frame]:
-    return [Frame("/work/train.py", 9, "train", "time.sleep(600)")]
+    return [Frame("/home/me/project/train.py", 9, "train", "time.sleep(600)")]
 
 
 def test_a_rank_behind_is_named_with_its_place_and_the_waiters_collective() -> None:
@@ -37,11 +38,11 @@ def test_a_rank_behind_is_named_with_its_place_and_the_waiters_collective() -> N
     ], now=NOW)
     assert report.suspects == [1]
     assert "rank 0: waiting in all_reduce #4 of the default group for 12 s" in report.table[0]
-    assert report.table[0].endswith("/work/train.py:12: dist.all_reduce(t)")
+    assert report.table[0].endswith("/home/me/project/train.py:12: dist.all_reduce(t)")
     assert "rank 1: running its own code (3 collectives completed)" in report.table[1]
     assert report.verdict == (
         "Rank 1 is behind: it completed 3 collectives of the default group and is in time.sleep at "
-        "/work/train.py:9, while rank 0 waits in all_reduce #4 of the default group for 12 s."
+        "/home/me/project/train.py:9, while rank 0 waits in all_reduce #4 of the default group for 12 s."
     )
 
 
@@ -66,7 +67,7 @@ def test_mismatched_collectives_at_the_same_number_are_a_divergence() -> None:
 
 
 def test_a_rank_that_never_called_init_process_group() -> None:
-    rendezvous = [Frame("/work/train.py", 3, "train", 'dist.init_process_group("gloo")'),
+    rendezvous = [Frame("/home/me/project/train.py", 3, "train", 'dist.init_process_group("gloo")'),
                   Frame(TORCH, 1700, "init_process_group", ""), Frame(TORCH, 200, "_store_based_barrier", "")]
     report = build([
         RankView(0, snapshot=_snapshot(0, rendezvous, [])),
@@ -74,7 +75,8 @@ def test_a_rank_that_never_called_init_process_group() -> None:
     ], now=NOW)
     assert "rank 0: waiting in init_process_group (for the other ranks to join)" in report.table[0]
     assert report.suspects == [1]
-    assert report.verdict.startswith("Rank 1 never joined the process group: rank 1 is in time.sleep at /work/train.py:9")
+    assert report.verdict.startswith(
+        "Rank 1 never joined the process group: rank 1 is in time.sleep at /home/me/project/train.py:9")
 
 
 def test_every_rank_in_the_same_collective_blames_none() -> None:
@@ -91,7 +93,7 @@ def test_no_collective_at_all_says_each_rank_runs_its_own_code() -> None:
 
 
 def test_a_rank_that_does_not_answer_its_probe_is_still_placed_by_its_stack() -> None:
-    spinning = [Frame("/work/train.py", 13, "train", 're.match(r"(a+)+$", text)'),
+    spinning = [Frame("/home/me/project/train.py", 13, "train", 're.match(r"(a+)+$", text)'),
                 Frame("/usr/lib/python3.11/re/__init__.py", 166, "match", "")]
     report = build([
         RankView(0, snapshot=_snapshot(0, _in_collective(), [_default(4, 3)])),
@@ -99,7 +101,7 @@ def test_a_rank_that_does_not_answer_its_probe_is_still_placed_by_its_stack() ->
     ], now=NOW)
     assert report.suspects == [1]
     assert "not answering its probe (holding the GIL?)" in report.table[1]
-    assert "is in re.match at /work/train.py:13" in report.verdict
+    assert "is in re.match at /home/me/project/train.py:13" in report.verdict
 
 
 def test_user_files_are_neither_libraries_nor_this_package() -> None:
@@ -108,7 +110,7 @@ def test_user_files_are_neither_libraries_nor_this_package() -> None:
 
     import databricks.air
 
-    assert is_user_file("/work/train.py")
+    assert is_user_file("/home/me/project/train.py")
     assert not is_user_file(json.__file__)
     assert not is_user_file(torch.__file__)
     assert not is_user_file(databricks.air.__file__)

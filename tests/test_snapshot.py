@@ -122,9 +122,9 @@ def test_a_faulthandler_dump_is_parsed_into_threads() -> None:
         "\n"
         "Current thread 0x00007fdffde21b80 (most recent call first):\n"
         '  File "/usr/lib/python3.11/re/__init__.py", line 166 in match\n'
-        '  File "/work/train.py", line 9 in <module>\n'
+        '  File "/home/me/project/train.py", line 9 in <module>\n'
     )
     threads = snapshot.parse_faulthandler(dump, main_ident=0x7FDFFDE21B80)
     assert [t.main for t in threads] == [True, False]
     assert [(f.file, f.line, f.function) for f in threads[0].frames] == [
-        ("/work/train.py", 9, "<module>"), ("/usr/lib/python3.11/re/__init__.py", 166, "match")]
+        ("/home/me/project/train.py", 9, "<module>"), ("/usr/lib/python3.11/re/__init__.py", 166, "match")]
