@@ -62,6 +62,14 @@ def absolute_store(uri: str, cwd: str) -> str:
     return uri
 
 
+def answered(ray: Any, refs: List[Any], timeout: float) -> List[Any]:
+    """The refs whose answer is in: waits up to ``timeout`` for the first, then takes every other one already in."""
+    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    if ready:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return ready
+
+
 def max_resources() -> Optional[Dict[str, float]]:
     """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
     try:
@@ -184,10 +192,7 @@ class RayCall(Call):
         for outcome in self.running():
             if outcome.rank not in polled:
                 self._poll_again(outcome.rank)
-        ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=seconds)
-        if ready:  # take every other answer that is in too
-            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
-        for ref in ready:
+        for ref in answered(self.ray, list(self.polls), seconds):
             rank = self.polls.pop(ref)
             try:
                 report = self.ray.get(ref)

@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from databricks.air._ray.ray_call import max_resources
+from databricks.air._ray.ray_call import answered, max_resources
 from databricks.air._ray.require import import_ray
 from databricks.air.workloads import environments
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
@@ -132,10 +132,7 @@ class RayNodeGroup(NodeGroup):
                 self.polls[host.poll.remote(_POLL_SECONDS)] = node
         if not self.polls:
             return
-        ready, _ = self.ray.wait(list(self.polls), num_returns=1, timeout=timeout)
-        if ready:  # take every other answer that is in too
-            ready, _ = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
-        for ref in ready:
+        for ref in answered(self.ray, list(self.polls), timeout):
             node = self.polls.pop(ref)
             try:
                 report = self.ray.get(ref)
