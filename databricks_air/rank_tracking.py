@@ -36,11 +36,10 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import time
 import types
 from typing import Any, Callable, Optional, Sequence
 
-from databricks.air import _variables
+from databricks.air import _variables, rank_metrics
 
 _RUN_ID = "MLFLOW_RUN_ID"
 _EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
@@ -48,11 +47,13 @@ _ASYNC_LOGGING = "MLFLOW_ENABLE_ASYNC_LOGGING"
 
 _call_run_id: Optional[str] = None
 _call_experiment_id: Optional[str] = None  # read at the start: mlflow.set_experiment() in the rank changes the variable
+_pid = os.getpid()
 
 
 def rank_started() -> None:
     """Bind this rank's MLflow to the call's run (now if MLflow is loaded, else as soon as it is imported)."""
-    global _call_run_id, _call_experiment_id
+    global _call_run_id, _call_experiment_id, _pid
+    _pid = os.getpid()
     _call_run_id = os.environ.get(_RUN_ID) or None
     _call_experiment_id = os.environ.get(_EXPERIMENT_ID) or None
     if _call_run_id is None:
@@ -70,6 +71,7 @@ def rank_ending() -> None:
         return
     from mlflow import tracking
 
+    _flush_metrics(final=True)
     _write_queued(sys.modules["mlflow.tracking.fluent"])
     repository = tracking._get_artifact_repo(_call_run_id)  # the run's cached repository, if artifacts were logged
     if repository is not None and hasattr(repository, "flush_async_logging"):
@@ -110,6 +112,7 @@ def _bind(mlflow: types.ModuleType) -> None:
         setattr(fluent, name, wrapped)  # what fluent itself calls (ActiveRun.__exit__, atexit, implicit starts)
         setattr(mlflow, name, wrapped)
     mlflow.MlflowClient.set_terminated = _set_terminated(mlflow.MlflowClient.set_terminated)
+    _flush_with_the_stores()
     _retry_locked_batches()
 
 
@@ -220,56 +223,138 @@ def _set_terminated(original: Callable[..., Any]) -> Callable[..., Any]:
 
 # --- metrics, batched ------------------------------------------------------------------------------------------------
 
+_metrics: Optional[rank_metrics.MetricBuffer] = None  # the call's run's points, once one was logged
+
 
 def _batched() -> bool:
-    """Whether fluent metrics go through MLflow's asynchronous logging by our choice (the user made none)."""
+    """Whether fluent metrics are batched by our choice (the user made none)."""
     return _ASYNC_LOGGING not in os.environ
 
 
+def _buffer(fluent: types.ModuleType) -> rank_metrics.MetricBuffer:
+    global _metrics
+    if _metrics is None or _metrics.run_id != _call_run_id:
+
+        def write(run_id: str, metrics: list) -> None:
+            fluent.MlflowClient().log_batch(run_id, metrics=metrics, synchronous=True)
+
+        _metrics = rank_metrics.MetricBuffer(_call_run_id, write)
+    return _metrics
+
+
+def _flush_metrics(*, final: bool = False) -> None:
+    if _metrics is not None:
+        _metrics.flush(final=final)
+
+
+def _for_the_calls_run(fluent: types.ModuleType, run_id: Optional[str], model_id: Any, dataset: Any, step: int) -> bool:
+    """Whether a fluent metric goes to the call's run and nowhere else (no model, no dataset, no other run): only
+    such points are buffered; the rest take MLflow's own asynchronous path."""
+    if run_id is not None or model_id is not None or dataset is not None or os.getpid() != _pid:
+        return False  # (a forked child, a DataLoader worker: it never runs rank_ending, so MLflow's queue it is)
+    run = fluent._get_or_start_run()
+    if run.info.run_id != _call_run_id or fluent.get_active_model_id() is not None:
+        return False
+    outputs = run.outputs.model_outputs if run.outputs else None  # a model logged at this step gets the metric too
+    return not outputs or all(output.step != step for output in outputs)
+
+
 def _log_metric(original: Callable[..., Any], fluent: types.ModuleType) -> Callable[..., Any]:
+    from mlflow.entities import Metric
     from mlflow.tracking.metric_value_conversion_utils import convert_metric_value_to_float_if_possible
+    from mlflow.utils.async_logging.run_operations import RunOperations
     from mlflow.utils.time import get_current_time_millis
-    from mlflow.utils.validation import _validate_metric
 
     @functools.wraps(original)
     def log_metric(
-        key: str, value: float, step: Optional[int] = None, synchronous: Optional[bool] = None, *args: Any, **more: Any
+        key: str,
+        value: float,
+        step: Optional[int] = None,
+        synchronous: Optional[bool] = None,
+        timestamp: Optional[int] = None,
+        run_id: Optional[str] = None,
+        model_id: Optional[str] = None,
+        dataset: Any = None,
+        **more: Any,
     ) -> Any:
         if synchronous is None and _batched():
             value = convert_metric_value_to_float_if_possible(value)
-            timestamp = (args[0] if args else more.get("timestamp")) or get_current_time_millis()
-            _validate_metric(key, value, timestamp, step or 0)
+            timestamp = timestamp or get_current_time_millis()
+            _validate(key, value, timestamp, step or 0)  # bad input raises here, as it would synchronously
+            if not more and _for_the_calls_run(fluent, run_id, model_id, dataset, step or 0):
+                return RunOperations([_buffer(fluent).add(Metric(key, value, timestamp, step or 0))])
             synchronous = False
-        return original(key, value, step, synchronous, *args, **more)
+        return original(key, value, step, synchronous, timestamp, run_id, model_id, dataset, **more)
 
     return log_metric
 
 
 def _log_metrics(original: Callable[..., Any], fluent: types.ModuleType) -> Callable[..., Any]:
+    from mlflow.entities import Metric
+    from mlflow.utils.async_logging.run_operations import RunOperations
     from mlflow.utils.time import get_current_time_millis
-    from mlflow.utils.validation import _validate_metric
 
     @functools.wraps(original)
     def log_metrics(
-        metrics: dict, step: Optional[int] = None, synchronous: Optional[bool] = None, *args: Any, **more: Any
+        metrics: dict,
+        step: Optional[int] = None,
+        synchronous: Optional[bool] = None,
+        run_id: Optional[str] = None,
+        timestamp: Optional[int] = None,
+        model_id: Optional[str] = None,
+        dataset: Any = None,
+        **more: Any,
     ) -> Any:
         if synchronous is None and _batched():
-            timestamp = (args[1] if len(args) > 1 else more.get("timestamp")) or get_current_time_millis()
+            timestamp = timestamp or get_current_time_millis()
             for key, value in metrics.items():
-                _validate_metric(key, value, timestamp, step or 0)
+                _validate(key, value, timestamp, step or 0)
+            if not more and _for_the_calls_run(fluent, run_id, model_id, dataset, step or 0):
+                buffer = _buffer(fluent)
+                futures = [buffer.add(Metric(key, value, timestamp, step or 0)) for key, value in metrics.items()]
+                return RunOperations(futures[-1:])  # one batch's future: the last point's batch is the latest
             synchronous = False
-        return original(metrics, step, synchronous, *args, **more)
+        return original(metrics, step, synchronous, run_id, timestamp, model_id, dataset, **more)
 
     return log_metrics
 
 
-def _retry_locked_batches() -> None:
-    """Make the stores' asynchronous writers try a batch again while SQLite says the database is locked.
+_valid_names: set = set()  # names seen valid: a name's check (a regular expression, a path check) runs once
 
-    MLflow's async queue logs a failed batch and drops it. With SQLite every rank and the caller write into one
-    file, and a batch waits for the lock at most MLflow's busy timeout (20 s): on a busy machine, behind the other
-    writers' batches, it can wait longer, and its points were lost without a word. A batch is one transaction
-    (rolled back whole when it fails), so writing it again adds nothing twice.
+
+def _validate(key: str, value: Any, timestamp: int, step: int) -> None:
+    """MLflow's check of one metric, as the synchronous path runs it, with each name checked once."""
+    from mlflow.utils.validation import _validate_metric
+
+    if key in _valid_names and isinstance(value, float) and isinstance(step, int) and timestamp >= 0:
+        return
+    _validate_metric(key, value, timestamp, step)
+    if isinstance(key, str):
+        _valid_names.add(key)
+
+
+def _flush_with_the_stores() -> None:
+    """Make MLflow's own flushes (``mlflow.flush_async_logging()``, ``end_run``, the store's shut-down) write the
+    buffered points first."""
+    from mlflow.store.tracking.abstract_store import AbstractStore
+
+    for name in ("flush_async_logging", "shut_down_async_logging"):
+        original = getattr(AbstractStore, name)
+        if getattr(original, "_databricks_air", False):
+            continue
+
+        def flushing(self: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            _flush_metrics()
+            return _original(self, *args, **kwargs)
+
+        functools.update_wrapper(flushing, original)
+        flushing._databricks_air = True  # type: ignore[attr-defined]
+        setattr(AbstractStore, name, flushing)
+
+
+def _retry_locked_batches() -> None:
+    """Make the stores' asynchronous writers try a batch again while SQLite says the database is locked
+    (:func:`databricks.air.rank_metrics.write_locked_again`): MLflow's async queue logs a failed batch and drops it.
     """
     from mlflow.store.tracking.abstract_store import AbstractStore
 
@@ -289,20 +374,10 @@ def _retry_locked_batches() -> None:
     AbstractStore.log_batch_async = log_batch_async
 
 
-_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)  # with MLflow's 20 s wait for the lock on each attempt
-
-
 def _retrying(write: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(write)
     def write_batch(*args: Any, **kwargs: Any) -> Any:
-        for pause in _RETRY_SECONDS:
-            try:
-                return write(*args, **kwargs)
-            except Exception as error:  # noqa: BLE001 - only a locked database is tried again
-                if "database is locked" not in str(error):
-                    raise
-                time.sleep(pause)
-        return write(*args, **kwargs)
+        return rank_metrics.write_locked_again(lambda: write(*args, **kwargs))
 
     write_batch._databricks_air = True  # type: ignore[attr-defined]
     return write_batch

@@ -344,8 +344,16 @@ def logging_mode() -> Dict[str, Any]:
         rejected = ""
     except mlflow.exceptions.MlflowException as error:
         rejected = str(error)
+    key = f"flushed_{os.environ['RANK']}"
+    for step in range(5):
+        mlflow.log_metric(key, 1.0, step=step)
+    mlflow.flush_async_logging()  # MLflow's own flush writes what the rank queued, whichever queue holds it
+    flushed = len(mlflow.MlflowClient().get_metric_history(os.environ["MLFLOW_RUN_ID"], key))
     return {
+        "flushed": flushed,
         "batched": mlflow.log_metric("loss", 1.0, step=1) is not None,  # MLflow returns a future when it queues
+        "buffered": getattr(sys.modules["databricks.air.rank_tracking"]._metrics, "run_id", None)
+        == os.environ["MLFLOW_RUN_ID"],  # in the rank's own buffer, not in MLflow's queue (a future per point)
         "rejected": rejected,
         "buffering": os.environ.get("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"),
         "registry": os.environ.get("MLFLOW_REGISTRY_URI"),
@@ -354,7 +362,8 @@ def logging_mode() -> Dict[str, Any]:
 
 def test_metrics_are_batched_by_default_and_bad_ones_still_fail_at_the_call(store: str) -> None:
     (mode, _) = cpu2(logging_mode).distributed()
-    assert mode["batched"] and "Names may only contain" in mode["rejected"]
+    assert mode["batched"] and mode["buffered"] and "Names may only contain" in mode["rejected"]
+    assert mode["flushed"] == 5
     assert mode["buffering"] == "1" and mode["registry"] == store
 
 
@@ -363,7 +372,8 @@ def test_a_user_who_sets_mlflows_variables_keeps_their_choice(store: str, monkey
     monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "5")
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", store + "?registry")
     (mode, _) = cpu2(logging_mode).distributed()
-    assert not mode["batched"] and "Names may only contain" in mode["rejected"]
+    assert not mode["batched"] and not mode["buffered"] and "Names may only contain" in mode["rejected"]
+    assert mode["flushed"] == 5
     assert mode["buffering"] == "5" and mode["registry"] == store + "?registry"
 
 

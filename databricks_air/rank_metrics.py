@@ -1,0 +1,151 @@
+"""A rank's per-step metrics for the call's run: queued in microseconds, written once a second with ``log_batch``.
+
+Why not MLflow's asynchronous logging alone: it queues each point as a batch of its own, with a
+``threading.Event``, a ``Future`` and a task in a status-check thread pool that waits for it. Measured on 2 CPU
+ranks (``bench/metrics_logging.py``), that is about 0.2 ms of the training thread's time per ``log_metric`` call
+and thread switches besides: the seed example's loop ran 1.3 to 1.6 times the loop without per-step logging. Here a
+point is one ``deque.append`` (thread-safe and safe in a signal handler, so no lock is needed); one writer thread
+per rank hands MLflow's own ``MlflowClient.log_batch`` up to 1,000 points (MLflow's limit for one batch) every
+``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (1 s unless the user chose), or sooner when 1,000 are waiting.
+
+Each rank writes its own batches: with SQLite that is one transaction a second per rank, so the ranks and the
+caller rarely meet at the file's lock, and a batch that waits out SQLite's busy timeout is written again, not
+dropped. A batch that fails for another reason is kept and tried again at the next flush; what cannot be written
+when the rank ends is said on stderr, with the count, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+_BUFFERING = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
+_BATCH = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
+_LOCKED_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)  # each attempt also waits MLflow's 20 s for the lock
+
+# (metric, future of the batch it is written in)
+_Point = Tuple[Any, "Future[None]"]
+
+
+class MetricBuffer:
+    """Points for one run, written by one daemon thread; :meth:`flush` writes what is queued, from any thread."""
+
+    def __init__(self, run_id: str, write: Callable[[str, List[Any]], None], interval: Optional[float] = None) -> None:
+        self.run_id = run_id
+        self._write = write  # (run_id, metrics): MlflowClient().log_batch in a rank
+        self._interval = _interval() if interval is None else interval
+        self._points: Deque[_Point] = collections.deque()
+        self._future: "Future[None]" = Future()  # the batch the next point joins
+        self._wake = threading.Event()
+        self._writing = threading.Lock()  # one writer at a time: the thread, or a flush from the rank's end
+        self._thread: Optional[threading.Thread] = None
+        self._failed_before = False
+
+    def add(self, metric: Any) -> "Future[None]":
+        """Queue one point; the future is done once the batch holding it is written."""
+        future = self._future
+        self._points.append((metric, future))
+        if self._thread is None:
+            self._start()
+        elif len(self._points) >= _BATCH and not self._wake.is_set():
+            self._wake.set()
+        return future
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write every point queued so far. ``final``: the rank is ending; say what could not be written."""
+        with self._writing:
+            left = self._write_queued(attempts=3 if final else 1)
+        if left and final:
+            print(
+                f"databricks.air: {left} metric point(s) could not be written to MLflow run {self.run_id} "
+                f"(see the error above); they are lost",
+                file=sys.stderr,
+            )
+
+    # --- the writer ---------------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="databricks-air-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            with self._writing:
+                self._write_queued(attempts=1)
+
+    def _write_queued(self, attempts: int) -> int:
+        """Write what is queued, in batches; the count of points that stay queued after a failure."""
+        if not self._points:
+            return 0
+        self._future = Future()  # points queued from now on join the next batch
+        written: set = set()
+        while self._points:
+            batch = [self._points.popleft() for _ in range(min(_BATCH, len(self._points)))]
+            error = self._write_batch([metric for metric, _ in batch], attempts)
+            if error is not None:
+                self._points.extendleft(reversed(batch))  # kept, in order, for the next flush
+                self._done(written - {future for _, future in self._points})
+                self._say(error)
+                return len(self._points)
+            written.update(future for _, future in batch)
+        self._done(written)
+        self._failed_before = False
+        return 0
+
+    @staticmethod
+    def _done(futures: set) -> None:
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
+
+    def _write_batch(self, metrics: List[Any], attempts: int) -> Optional[BaseException]:
+        error: Optional[BaseException] = None
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(1.0)
+            try:
+                write_locked_again(lambda: self._write(self.run_id, metrics))
+                return None
+            except Exception as failure:  # noqa: BLE001 - kept and reported, the rank goes on training
+                error = failure
+        return error
+
+    def _say(self, error: BaseException) -> None:
+        if not self._failed_before:  # once per outage, not once a second
+            print(
+                f"databricks.air: could not write {len(self._points)} metric point(s) to MLflow run {self.run_id} "
+                f"({type(error).__name__}: {error}); they are kept and written again",
+                file=sys.stderr,
+            )
+        self._failed_before = True
+
+
+def write_locked_again(write: Callable[[], Any]) -> Any:
+    """``write()``, again while SQLite says the database is locked.
+
+    With SQLite every rank and the caller write into one file, and a write waits for the lock at most MLflow's busy
+    timeout (20 s): on a busy machine, behind the other writers, it can wait longer. A batch is one transaction
+    (rolled back whole when it fails), so writing it again adds nothing twice.
+    """
+    for pause in _LOCKED_RETRY_SECONDS:
+        try:
+            return write()
+        except Exception as error:  # noqa: BLE001 - only a locked database is tried again
+            if "database is locked" not in str(error):
+                raise
+            time.sleep(pause)
+    return write()
+
+
+def _interval() -> float:
+    try:
+        return max(0.05, float(os.environ.get(_BUFFERING, "1")))  # 0: as soon as possible, without spinning
+    except ValueError:
+        return 1.0
