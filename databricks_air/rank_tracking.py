@@ -14,15 +14,17 @@ has not preloaded it):
   mlflow.start_run():`` block, HF ``Trainer``'s callback, MLflow's own exit handler, ``MlflowClient.set_terminated``)
   only flushes what was logged and detaches it: the rank never ends the call's run, the call does (FINISHED,
   FAILED or KILLED). Nested runs (``start_run(nested=True)`` under an active run) and other runs work as in MLflow.
-* **Per-step metrics cost microseconds.** ``mlflow.log_metric`` and ``mlflow.log_metrics`` go through MLflow's
-  asynchronous, batched logging (one ``log_batch`` per rank every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS``, which
-  the caller sets to 1 unless the user chose): a synchronous call is a store transaction (about 5-20 ms with SQLite,
-  a network round trip with a server), and every rank writing one per step into one SQLite file spends most of the
-  step waiting on its lock. The metric is validated first, so bad input still raises at the call, as it would
-  synchronously. Params and tags stay synchronous (a conflicting param value must fail where it is logged, not
-  spoil a batch of metrics later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either way, or passes
-  ``synchronous=``, gets MLflow's own behaviour.
-* **Nothing logged is lost.** :func:`rank_ending` flushes MLflow's queues (metrics, params, tags; artifacts logged
+* **Per-step metrics cost microseconds.** ``mlflow.log_metric`` and ``mlflow.log_metrics`` into the call's run
+  are queued in the rank and written by one thread with ``log_batch`` (:mod:`databricks.air.rank_metrics`, which
+  says why MLflow's own asynchronous queue is not enough), every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (which
+  the caller sets to 1 unless the user chose): a synchronous call is a store transaction (about 5-20 ms with
+  SQLite, a network round trip with a server), and every rank writing one per step into one SQLite file spends most
+  of the step waiting on its lock. The metric is validated first, so bad input still raises at the call, as it
+  would synchronously. Metrics for another run, a model or a dataset take MLflow's asynchronous path. Params and
+  tags stay synchronous (a conflicting param value must fail where it is logged, not spoil a batch of metrics
+  later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either way, or passes ``synchronous=``, gets MLflow's own
+  behaviour.
+* **Nothing logged is lost.** :func:`rank_ending` flushes the rank's queue, then MLflow's (metrics, params, tags; artifacts logged
   asynchronously) before the rank exits or dies, so the call ends its run only after every rank's logging is in.
   A batch that SQLite refuses because another writer holds the file's lock is written again, not dropped.
 """
