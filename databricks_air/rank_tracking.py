@@ -24,8 +24,9 @@ has not preloaded it):
   tags stay synchronous (a conflicting param value must fail where it is logged, not spoil a batch of metrics
   later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either way, or passes ``synchronous=``, gets MLflow's own
   behaviour.
-* **Nothing logged is lost.** :func:`rank_ending` flushes the rank's queue, then MLflow's (metrics, params, tags; artifacts logged
-  asynchronously) before the rank exits or dies, so the call ends its run only after every rank's logging is in.
+* **Nothing logged is lost.** :func:`rank_ending` flushes the rank's queue, then MLflow's (metrics, params, tags;
+  artifacts logged asynchronously) before the rank exits or dies, so the call ends its run only after every rank's
+  logging is in.
   A batch that SQLite refuses because another writer holds the file's lock is written again, not dropped.
 """
 
