@@ -16,6 +16,7 @@ from typing import Callable, List, Sequence
 import pytest
 
 from databricks.air._engine import rank_server_handle
+from mlflow_fixtures import mlflow_server  # noqa: F401 - one server for the whole session (see mlflow_fixtures)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -1,6 +1,8 @@
 """Fixtures and helpers for tests of MLflow tracking: a store of the test's own, a real `mlflow server`, one run.
 
-Test modules import the fixtures by name (``from mlflow_fixtures import store``), which registers them there.
+Test modules import the fixtures by name (``from mlflow_fixtures import store``), which registers them there;
+``mlflow_server`` is registered once, in ``conftest.py``: a session fixture imported into two modules would be two
+fixtures, and start two servers.
 """
 
 from __future__ import annotations

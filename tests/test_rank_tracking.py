@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from mlflow_fixtures import mlflow_server, only_run, served, store  # noqa: F401 - fixtures
+from mlflow_fixtures import only_run, served, store  # noqa: F401 - fixtures (mlflow_server: conftest.py)
 from databricks.air import distributed
 from databricks.air.exceptions import DistributedExecutionError, LocalExecutionTimeoutError
 

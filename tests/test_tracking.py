@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlflow_fixtures import free_port, mlflow_server, only_run, store  # noqa: F401 - fixtures
+from mlflow_fixtures import free_port, only_run, store  # noqa: F401 - fixtures (mlflow_server: conftest.py)
 from process_helpers import wait_until
 from databricks.air import distributed
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
