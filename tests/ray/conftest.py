@@ -14,6 +14,16 @@ from ray_test_support import CPUS_PER_NODE, SESSION_MARKER, free_port  # sets th
 pytest.importorskip("ray.cluster_utils")  # not `ray`: this very folder would pass for a namespace package
 
 _OBJECT_STORE_BYTES = 200 * 1024 * 1024
+_HERE = Path(__file__).resolve().parent
+_shut_down: list = []  # the running session cluster's shut-down, once started
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Any) -> None:
+    """Stop the cluster once the last Ray test has run, not at the end of the session: its idle processes (GCS,
+    raylets, dashboard, agents) take CPU that the rest of the suite needs on a 2-core machine."""
+    if _shut_down and (nextitem is None or _HERE not in Path(nextitem.path).resolve().parents):
+        _shut_down.pop()()
 
 
 @pytest.fixture(scope="session")
@@ -45,12 +55,17 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         except BaseException:
             cluster.shutdown()
             raise
+    def shut_down() -> None:
+        ray.shutdown()
+        cluster.shutdown()
+
+    _shut_down.append(shut_down)
     try:
         cluster.wait_for_nodes()
         yield cluster
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        if _shut_down:
+            _shut_down.pop()()
 
 
 @pytest.fixture(scope="session")
