@@ -33,7 +33,11 @@ _Point = Tuple[Any, "Future[None]"]
 
 
 class MetricBuffer:
-    """Points for one run, written by one daemon thread; :meth:`flush` writes what is queued, from any thread."""
+    """Points for one run, written by one daemon thread; :meth:`flush` waits until what is queued is written.
+
+    Only that thread writes: a flush from the rank's main thread asks it and waits, holding no lock the thread
+    needs, so a SIGTERM whose handler flushes again (the rank is being stopped) cannot deadlock with it.
+    """
 
     def __init__(self, run_id: str, write: Callable[[str, List[Any]], None], interval: Optional[float] = None) -> None:
         self.run_id = run_id
@@ -42,7 +46,10 @@ class MetricBuffer:
         self._points: Deque[_Point] = collections.deque()
         self._future: "Future[None]" = Future()  # the batch the next point joins
         self._wake = threading.Event()
-        self._writing = threading.Lock()  # one writer at a time: the thread, or a flush from the rank's end
+        self._flushes = threading.Condition()
+        self._asked = 0  # flushes asked for; the thread has answered the first `_answered` of them
+        self._answered = 0
+        self._final = False  # a flush for the rank's end was asked: failed batches are tried again on the spot
         self._thread: Optional[threading.Thread] = None
         self._failed_before = False
 
@@ -57,9 +64,19 @@ class MetricBuffer:
         return future
 
     def flush(self, *, final: bool = False) -> None:
-        """Write every point queued so far. ``final``: the rank is ending; say what could not be written."""
-        with self._writing:
-            left = self._write_queued(attempts=3 if final else 1)
+        """Wait until every point queued so far is written (or its batch failed). ``final``: the rank is ending;
+        failed batches are tried again a few times, and what still cannot be written is counted on stderr."""
+        if self._thread is None:
+            return  # nothing was ever queued
+        with self._flushes:
+            self._asked += 1
+            asked = self._asked
+            self._final |= final
+        self._wake.set()
+        with self._flushes:
+            while self._answered < asked and self._thread.is_alive():
+                self._flushes.wait(0.5)
+        left = len(self._points)
         if left and final:
             print(
                 f"databricks.air: {left} metric point(s) could not be written to MLflow run {self.run_id} "
@@ -77,8 +94,12 @@ class MetricBuffer:
         while True:
             self._wake.wait(self._interval)
             self._wake.clear()
-            with self._writing:
-                self._write_queued(attempts=1)
+            with self._flushes:
+                asked, final = self._asked, self._final  # what is queued now includes every asker's points
+            self._write_queued(attempts=3 if final else 1)
+            with self._flushes:
+                self._answered = max(self._answered, asked)
+                self._flushes.notify_all()
 
     def _write_queued(self, attempts: int) -> int:
         """Write what is queued, in batches; the count of points that stay queued after a failure."""

@@ -121,3 +121,36 @@ def test_a_locked_database_is_tried_again_and_other_errors_are_not(monkeypatch: 
     with pytest.raises(RuntimeError, match="connection refused"):
         write_locked_again(refused)
     assert len(calls) == 1
+
+
+def test_a_flush_from_a_signal_handler_during_a_flush_does_not_deadlock() -> None:
+    """A rank stopped with SIGTERM flushes from its handler, maybe while its main thread is flushing already."""
+    import signal
+
+    written = threading.Event()
+
+    def slow(run_id: str, metrics: List[int]) -> None:
+        time.sleep(0.5)  # the handler's flush arrives while this batch is being written
+        store.write(run_id, metrics)
+        written.set()
+
+    store = Store()
+    buffer = MetricBuffer("run", slow, interval=60)
+    handled = []
+
+    def on_alarm(signum: int, frame: object) -> None:
+        buffer.add(99)
+        buffer.flush(final=True)
+        handled.append(True)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        for point in range(3):
+            buffer.add(point)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        buffer.flush()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert handled == [True] and written.is_set()
+    assert store.points == [0, 1, 2, 99]
