@@ -218,36 +218,67 @@ def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: 
 # --- environment, code and secrets ---------------------------------------------------------------------------------
 
 
-def test_dependencies_install_on_every_node_and_secrets_never_reach_the_cluster_in_clear(
+# python is Ray's environment for the job; the interpreter of torchrun (the cluster's own) sees the package through
+# PYTHONPATH; the token is redacted in the log.
+DEPENDENCY_COMMAND = r'''python -c "import airraypkg, sys; print('node', $NODE_RANK, airraypkg.VALUE, 'in', sys.prefix)"
+launcher="$(head -1 "$(command -v torchrun)")"
+"${launcher#\#!}" -c "import airraypkg; print('torchrun python:', airraypkg.VALUE)"
+echo "token $HF_TOKEN"
+'''
+
+
+def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach_the_cluster_in_clear(
         dashboard: str, tmp_path: Path) -> None:
+    import importlib.util
+
     from ray.job_submission import JobSubmissionClient
 
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     make_wheel(wheels, "airraypkg", "0.2", "VALUE = 'from the wheel'\n")
-    command = ('python -c "import airraypkg; print(\'node\', $NODE_RANK, airraypkg.VALUE)"\n'
-               'echo "token $HF_TOKEN"')
+    (tmp_path / "requirements.txt").write_text("wheels/airraypkg-0.2-py3-none-any.whl\n")
+    command = DEPENDENCY_COMMAND
     path = workload(tmp_path, command=command, secrets={"HF_TOKEN": "ml_team/hf_token"},
-                    environment={"dependencies": ["wheels/airraypkg-0.2-py3-none-any.whl"]})
+                    environment={"dependencies": ["-r requirements.txt"]})
+    broken = workload(tmp_path, "broken.yaml", command="echo never",
+                      environment={"dependencies": ["numpy", "air-no-such-package==9.9"]})
+    failing = submit(broken, dashboard, "--nodes", "2")  # both jobs at once: the broken one never holds a CPU
     run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_SECRET_ML_TEAM__HF_TOKEN": secret})
     final = wait_for_end(run_id, timeout=300)
     logs = [air("logs", str(run_id), "--node", str(node)).stdout for node in (0, 1)]
     assert final.status == "SUCCESS", (final.message, logs)
-    # Each node installs into its machine's cache; on loopback both nodes share one, so one of them reuses it.
-    assert any("Successfully installed airraypkg-0.2" in text for text in logs), logs
+    prefixes = set()
     for node, text in enumerate(logs):
-        assert f"node {node} from the wheel" in text
+        said = next(line for line in text.splitlines() if line.startswith(f"node {node} from the wheel in "))
+        prefixes.add(said.rsplit(" in ", 1)[1])
+        assert "torchrun python: from the wheel" in text
         assert "token [REDACTED]" in text and secret not in text
+    # Each node's own virtual environment, which Ray built in its runtime resources; nothing in this environment.
+    assert len(prefixes) == 2 and all(prefix.startswith(RAY_TMPDIR) for prefix in prefixes), prefixes
+    importlib.invalidate_caches()
+    assert importlib.util.find_spec("airraypkg") is None
     job_id = final.owner["ray_job_id"]
     client = JobSubmissionClient(dashboard)
     job = client.get_job_info(job_id)
+    packages = job.runtime_env["pip"]["packages"]
+    assert packages[-1] == "-r ${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}/deps/requirements.txt", packages
+    assert packages[0].startswith("# databricks.air: local files "), packages  # a changed wheel: a new environment
     shown = json.dumps([job.entrypoint, job.metadata, job.runtime_env, job.message], default=str)
     assert secret not in shown and secret not in client.get_job_logs(job_id)
     assert secret not in json.dumps([j.model_dump() if hasattr(j, "model_dump") else str(j) for j in client.list_jobs()],
                                     default=str)
     on_disk = [str(p) for p in Path(RAY_TMPDIR).rglob("*") if p.is_file() and _holds(p, secret.encode())]
     assert on_disk == []  # not in Ray's logs, its unpacked working directories or anything else it keeps
+    # A requirement that cannot be installed fails the run, which says which one, what pip said and what to do.
+    broken_run = wait_for_end(failing, timeout=120)
+    assert broken_run.status == "FAILED", broken_run.message
+    message = broken_run.message or ""
+    assert "installing environment.dependencies on the Ray job's head node failed" in message, message
+    assert "No matching distribution found for air-no-such-package==9.9" in message, message
+    assert "package index" in message and "runtime_env_setup" in message
+    shown = envelope(air("get", str(failing), "-o", "json"))["data"]
+    assert shown["status"] == "FAILED" and "air-no-such-package==9.9" in json.dumps(shown)
 
 
 def _holds(path: Path, data: bytes) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from databricks.air._ray.ray_call import answered, max_resources
 from databricks.air._ray.require import import_ray
 from databricks.air.workloads import environments
+from databricks.air.workloads.backends import ray_package
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
 from databricks.air.workloads.backends.ray_node_host import NodeHost
 from databricks.air.workloads.backends.ray_placement import STRATEGY, NodeRequest
@@ -71,6 +72,10 @@ class RayNodes(NodeLauncher):
                 RayNodeGroup(self.ray, self.root, group, hosts, []).close()
                 return None
             return RayNodeGroup(self.ray, self.root, group, hosts, self.ray.get(pending))
+        except self.ray.exceptions.RuntimeEnvSetupError as error:
+            RayNodeGroup(self.ray, self.root, group, hosts, []).close()
+            raise environments.DependencyInstallError(
+                ray_package.install_failure(str(error), "on a node of the attempt")) from None
         except BaseException:
             RayNodeGroup(self.ray, self.root, group, hosts, []).close()
             raise
@@ -101,7 +106,6 @@ class RayNodeGroup(NodeGroup):
         self.codes: List[Optional[int]] = [None] * len(hosts)
         self.polls: Dict[Any, int] = {}  # pending poll -> node
         self._stopping = False
-        self._setup_error: Optional[str] = None
 
     def master_address(self) -> str:
         return str(self.where[0]["node_ip"])
@@ -120,8 +124,6 @@ class RayNodeGroup(NodeGroup):
 
     def wait(self, timeout: float) -> Optional[List[int]]:
         self._poll(timeout)
-        if self._setup_error is not None and all(code is not None for code in self.codes):
-            raise environments.DependencyInstallError(self._setup_error)
         if all(code is not None for code in self.codes):
             return [int(code) for code in self.codes]  # type: ignore[arg-type]
         return None
@@ -143,8 +145,6 @@ class RayNodeGroup(NodeGroup):
                 self.launch.outputs[node].feed(report["output"])
             if report["status"] is not None:
                 self.codes[node] = int(report["status"])
-                if report.get("setup_error") and self._setup_error is None:
-                    self._setup_error = f"{report['setup_error']} (node {node}: air logs RUN_ID --node {node})"
                 if self.codes[node] != 0 and not self._stopping:
                     self._stop_all()  # the first node that fails stops the others
 
