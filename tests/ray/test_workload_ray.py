@@ -172,30 +172,27 @@ def test_a_failing_node_stops_the_other_and_every_attempt_is_its_own_mlflow_run(
     assert_cluster_as_it_was(marker)
 
 
-def test_cancel_frees_every_bundle_and_process(dashboard: str, connected: Any, tmp_path: Path) -> None:
-    marker = f"air-cancel-{uuid.uuid4().hex[:8]}"
-    path = workload(tmp_path, command='echo "node $NODE_RANK started"\nsleep 300',
-                    env_variables={"AIR_TEST_MARKER": marker})
-    run_id = submit(path, dashboard, "--nodes", "2")
-    wait_for(run_id, lambda s: s.status == "RUNNING" and s.owner.get("attempt"), timeout=120)
-    assert wait_until(lambda: len(processes_with_marker(marker)) >= 4, 60)  # two node hosts, and their commands
-    canceled = air("cancel", str(run_id), "-o", "json")
+def test_cancel_and_timeout_each_free_every_bundle_and_process(dashboard: str, connected: Any, tmp_path: Path) -> None:
+    """Two runs at once (2 CPUs each, the cluster has 4): one canceled once its nodes run, one past its timeout."""
+    markers = {name: f"air-{name}-{uuid.uuid4().hex[:8]}" for name in ("cancel", "timeout")}
+    runs = {}
+    for name, marker in markers.items():
+        path = workload(tmp_path, f"{name}.yaml", command='echo "node $NODE_RANK started"\nsleep 300',
+                        env_variables={"AIR_TEST_MARKER": marker})
+        runs[name] = submit(path, dashboard, "--nodes", "2",
+                            env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"} if name == "timeout" else {})
+    wait_for(runs["cancel"], lambda s: s.status == "RUNNING" and s.owner.get("attempt"), timeout=120)
+    assert wait_until(lambda: len(processes_with_marker(markers["cancel"])) >= 4, 60)  # two hosts, two commands
+    canceled = air("cancel", str(runs["cancel"]), "-o", "json")
     assert canceled.returncode == 0, canceled.stdout + canceled.stderr
-    assert envelope(canceled)["data"]["cancelled"] == [run_id]
-    final = wait_for_end(run_id, timeout=60)
+    assert envelope(canceled)["data"]["cancelled"] == [runs["cancel"]]
+    final = wait_for_end(runs["cancel"], timeout=60)
     assert final.status == "CANCELED" and final.latest.status == "CANCELED"
-    assert_cluster_as_it_was(marker)
-
-
-def test_a_timeout_stops_the_attempt_and_frees_the_cluster(dashboard: str, connected: Any, tmp_path: Path) -> None:
-    marker = f"air-timeout-{uuid.uuid4().hex[:8]}"
-    path = workload(tmp_path, command='echo "node $NODE_RANK started"\nsleep 300',
-                    env_variables={"AIR_TEST_MARKER": marker})
-    run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"})
-    final = wait_for_end(run_id, timeout=180)
+    final = wait_for_end(runs["timeout"], timeout=180)
     assert final.status == "TIMEDOUT" and "ran past its timeout" in (final.message or "")
-    assert "ERROR: Script stopped after" in air("logs", str(run_id), "--node", "1").stdout
-    assert_cluster_as_it_was(marker)
+    assert "ERROR: Script stopped after" in air("logs", str(runs["timeout"]), "--node", "1").stdout
+    for marker in markers.values():
+        assert_cluster_as_it_was(marker)
 
 
 def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: str, tmp_path: Path) -> None:
