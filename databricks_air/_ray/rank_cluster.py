@@ -2,11 +2,11 @@
 
 Rank 0 starts a Ray head node on its machine (``MASTER_ADDR``), the first rank of every other node of the call
 (``LOCAL_RANK`` 0 where ``NODE_RANK`` > 0) starts a worker node that joins it (:mod:`.loopback_node` where both are
-on one machine's loopback and Ray keeps to it), and rank 0 then runs the user's function as the Ray driver, connected to that cluster
-(``RAY_ADDRESS`` is set for it too). Its value is the call's value at index 0; every other rank returns ``None``.
-When the function ends, however it ends, the nodes are stopped and their files removed: a call leaves no Ray
-cluster behind. Each node is a ``ray start --block`` process in its rank's process group, so stopping a rank (a
-failure elsewhere, the timeout, an interrupt) stops its Ray node with it.
+on one machine's loopback and Ray keeps to it), and rank 0 then runs the user's function as the Ray driver,
+connected to that cluster (``RAY_ADDRESS`` is set for it too). Its value is the call's value at index 0; every other
+rank returns ``None``. When the function ends, however it ends, the nodes are stopped and their files removed: a
+call leaves no Ray cluster behind. Each node is a ``ray start --block`` process in its rank's process group, so
+stopping a rank (a failure elsewhere, the timeout, an interrupt) stops its Ray node with it.
 
 Every port is picked free (nothing assumes 6379, 8265 or 10001, which another Ray on the same machine may hold),
 and the dashboard listens on 127.0.0.1. Machines find the head through the call's rendezvous store

@@ -76,7 +76,7 @@ def _parent_site_dirs() -> List[str]:
 
 
 def _named_paths(requirement: str) -> Tuple[List[str], List[str]]:
-    """The words of an entry that may name local files: ``(paths, requirement files)``, the latter after ``-r``/``-c``."""
+    """The words of an entry that may name local files: ``(paths, requirement files)``, those after ``-r``/``-c``."""
     words = shlex.split(requirement, comments=True)
     candidates, listed = [], []
     for index, word in enumerate(words):
