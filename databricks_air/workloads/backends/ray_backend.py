@@ -88,8 +88,8 @@ class RayBackend(Backend):
         if workload.image_field is not None:
             raise UnsupportedHere(
                 f"environment.{workload.image_field}: the Ray backend runs on the cluster's own Python; list the "
-                "workload's packages in environment.dependencies instead (the job's runtime environment installs "
-                "them on each node)."
+                "workload's packages in environment.dependencies instead (Ray's runtime environment installs them "
+                "on each node)."
             )
         if workload.schedule is not None:
             raise UnsupportedHere("schedule: the Ray backend runs a workload once, now; a schedule needs a scheduler "
@@ -138,15 +138,11 @@ class RayBackend(Backend):
         staging = tempfile.mkdtemp(prefix="air-ray-job-")
         try:
             package = os.path.join(staging, f"run-{spec.run_id}.zip")
-            shipped = ray_package.build(folder, private, package)
-            runtime_env: Dict[str, Any] = {"working_dir": package, "env_vars": self._job_variables(spec.env_variables)}
-            pip = ray_package.pip_field(shipped, spec)
-            if pip is not None:
-                runtime_env["pip"] = pip  # Ray installs them on each node, for the supervisor and the node hosts
+            ray_package.build(folder, private, package)
             jobs.submit(
                 entrypoint=ENTRYPOINT,
                 submission_id=job_id,
-                runtime_env=runtime_env,
+                runtime_env={"working_dir": package, "env_vars": self._job_variables(spec.env_variables)},
                 metadata={"air.run_id": str(spec.run_id), "air.experiment": spec.experiment_name,
                           "air.user": spec.user, "air.accelerators": spec.accelerators},
             )
@@ -217,8 +213,6 @@ class RayBackend(Backend):
                 _end_as_the_job_did(folder, state, status, info, ended)
             elif status == "PENDING" and not state.attempts:
                 state.message = f"the Ray job is pending{': ' + info.message if info.message else ''}"
-                if folder.read_spec().dependencies:
-                    state.message += " (Ray's runtime environment installs environment.dependencies first)"
 
         state = ray_report.apply(folder, text, start, settle)
         if ended.get("mlflow_run_id") and state.tracking_uri:
@@ -271,9 +265,6 @@ def _end_as_the_job_did(folder: RunFolder, state: RunState, status: str, info: A
     if folder.cancel_requested or status == "STOPPED":
         state.status = statuses.CANCELED
         state.message = "canceled (air cancel)" if folder.cancel_requested else f"the Ray job {job} was stopped"
-    elif _error_type(info) == "RUNTIME_ENV_SETUP_FAILURE":
-        state.status = statuses.FAILED  # the supervisor never started: its environment is the dependencies'
-        state.message = ray_package.install_failure(getattr(info, "message", "") or "", "on the Ray job's head node")
     else:
         tail = ray_report.messages_tail(folder)
         state.status = statuses.FAILED
@@ -285,12 +276,6 @@ def _end_as_the_job_did(folder: RunFolder, state: RunState, status: str, info: A
         state.attempts[-1].update(status=state.status, ended_at=state.ended_at, reason=state.message)
         ended.update(state.attempts[-1])
     state.owner.pop("attempt", None)
-
-
-def _error_type(info: Any) -> str:
-    """The job's ``error_type`` (a string in the job API's answers, an enum in Ray's own objects)."""
-    error = getattr(info, "error_type", None)
-    return str(getattr(error, "value", error) or "")
 
 
 def _is_local_store(uri: str) -> bool:

@@ -4,8 +4,8 @@ It runs the command as the local backend does, under a keeper (:mod:`.keeper`): 
 command.sh`` in the node's copy of the code snapshot, every process it starts found and stopped with it. The
 supervisor polls it for output and the exit status, and stops it through it.
 
-``environment.dependencies`` are the job's runtime environment ``pip`` list (:mod:`.ray_package`): Ray installed them
-on this node into a virtual environment of its own before this actor started, and runs the actor in it. The command
+``environment.dependencies`` are this actor's runtime environment ``pip`` list (:mod:`.ray_package`): Ray installed
+them on this node into a virtual environment of its own before the actor started, and runs the actor in it. The command
 gets that environment first on ``PATH`` and its site folder on ``PYTHONPATH``, so that scripts of the cluster's own
 Python (``torchrun``) see the packages too.
 

@@ -3,7 +3,9 @@
 Each attempt reserves a placement group of one bundle per node, spread over distinct Ray nodes (``STRICT_SPREAD``,
 :mod:`.ray_placement`), created whole or not at all and waited for within the attempt's timeout; it starts one
 :class:`~.ray_node_host.NodeHost` actor in each bundle (bundle 0's node is node 0: ``MASTER_ADDR``, and
-``MASTER_PORT`` is a port free there), starts the command on every node, and polls them for output and exit
+``MASTER_PORT`` is a port free there), with ``environment.dependencies`` as its runtime environment's ``pip`` list
+(which Ray installs on each node before the actor starts: pip failing there fails the run, without retries), starts
+the command on every node, and polls them for output and exit
 statuses. The first node that fails stops the others. Closing the attempt kills its actors and removes its
 placement group, so a retry is placed anew and nothing of an attempt stays on the cluster; a supervisor that dies
 takes them with it too (Ray ends the actors and placement groups of a job whose driver is gone, and each node's
@@ -43,6 +45,8 @@ class RayNodes(NodeLauncher):
         """The job's working directory on this node (each node has its own copy)."""
         self.accelerator_type = accelerator_type
         self.name = name
+        self.pip = ray_package.read_pip_field(root)
+        """``environment.dependencies`` as the hosts' runtime environment ``pip`` field (``None``: none)."""
 
     def reserve(self, plan: NodePlan, deadline: Optional[float],
                 interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
@@ -63,6 +67,8 @@ class RayNodes(NodeLauncher):
                 resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
                 max_concurrency=4,  # a stop must not wait behind a poll
             )
+            if self.pip is not None:  # merged into the job's: the working directory and variables stay
+                options["runtime_env"] = {"pip": self.pip}
             for index in range(plan.num_nodes):
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
                 hosts.append(host_class.options(scheduling_strategy=strategy, **options).remote())
@@ -71,14 +77,22 @@ class RayNodes(NodeLauncher):
                               deadline, interrupted, "the nodes' hosts to start"):
                 RayNodeGroup(self.ray, self.root, group, hosts, []).close()
                 return None
-            return RayNodeGroup(self.ray, self.root, group, hosts, self.ray.get(pending))
-        except self.ray.exceptions.RuntimeEnvSetupError as error:
-            RayNodeGroup(self.ray, self.root, group, hosts, []).close()
-            raise environments.DependencyInstallError(
-                ray_package.install_failure(str(error), "on a node of the attempt")) from None
+            return RayNodeGroup(self.ray, self.root, group, hosts, self._where(pending))
         except BaseException:
             RayNodeGroup(self.ray, self.root, group, hosts, []).close()
             raise
+
+    def _where(self, pending: List[Any]) -> List[Dict[str, Any]]:
+        """Each started host's :meth:`~.NodeHost.where`; a host whose runtime environment Ray could not build (pip
+        failed on its node) fails the attempt for good, naming the node and pip's errors."""
+        found = []
+        for node, ref in enumerate(pending):
+            try:
+                found.append(self.ray.get(ref))
+            except self.ray.exceptions.RuntimeEnvSetupError as error:
+                raise environments.DependencyInstallError(
+                    ray_package.install_failure(str(error), f"on node {node}")) from None
+        return found
 
     def _wait(self, ready: Callable[[float], bool], deadline: Optional[float], interrupted: Callable[[], bool],
               what: str) -> bool:

@@ -9,10 +9,14 @@
     deps/                  local files that environment.dependencies name (wheels, requirement files, projects)
     .air/private.json      the secrets' values, resolved here; read and removed at once on every node
 
-``environment.dependencies`` become the job's runtime environment ``pip`` list (:func:`pip_field`), which Ray
-installs on each node, after unpacking the working directory there and before anything of the job starts: every
-local path in them (and in the requirement files they name, whose shipped copies are rewritten) names its copy under
-``deps/`` through Ray's ``${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}``, which pip expands.
+    pip.json               the runtime environment's pip field of the node hosts, when there are dependencies
+
+``environment.dependencies`` become the ``pip`` list of the runtime environment of the job's node hosts
+(:func:`pip_field`; the rest of the job's runtime environment is theirs too): Ray installs them on each node, after
+unpacking the working directory there, before the host starts. Every local path in them (and in the requirement
+files they name, whose shipped copies are rewritten) names its copy under ``deps/`` through Ray's
+``${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}``, which pip expands. The supervisor keeps the cluster's own environment:
+a workload's pins (an older MLflow...) never reach the code that runs the workload.
 
 The zip is handed to Ray as it is (a local ``.zip`` working directory), so Ray applies no ignore file of its own
 to the snapshot, which already left out what ``.gitignore`` says. Ray stores the package in the cluster's GCS,
@@ -37,6 +41,7 @@ from databricks.air.workloads.run_state import RunSpec
 
 CODE = "code"
 DEPENDENCIES = "deps"
+PIP_FILE = "pip.json"
 
 
 WORKING_DIR = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}"
@@ -66,6 +71,9 @@ def build(folder: RunFolder, private: Dict[str, Any], target: str) -> RunSpec:
                 _add_tree(archive, source, name)
             else:
                 archive.write(source, name)
+        pip = pip_field(relative, spec)
+        if pip is not None:
+            _add_bytes(archive, PIP_FILE, json.dumps(pip, indent=1).encode())
         _add_bytes(archive, PRIVATE_FILE, json.dumps(private).encode(), 0o600)
     return relative
 
@@ -85,6 +93,15 @@ def pip_field(shipped: RunSpec, submitted: RunSpec) -> Optional[Dict[str, Any]]:
         digest = hashlib.sha256(json.dumps(sorted(files.values())).encode()).hexdigest()[:20]
         packages = [f"{_FILES_MARK} {digest}", *packages]
     return {"packages": packages, "pip_check": False, "pip_install_options": list(PIP_OPTIONS)}
+
+
+def read_pip_field(root: str) -> Optional[Dict[str, Any]]:
+    """The node hosts' ``pip`` field in a working directory made by :func:`build` (``None``: no dependencies)."""
+    try:
+        with open(os.path.join(root, PIP_FILE), encoding="utf-8") as stream:
+            return dict(json.load(stream))
+    except FileNotFoundError:
+        return None
 
 
 def install_failure(ray_message: str, where: str) -> str:
