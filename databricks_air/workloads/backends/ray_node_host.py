@@ -5,9 +5,9 @@ command.sh`` in the node's copy of the code snapshot, every process it starts fo
 supervisor polls it for output and the exit status, and stops it through it.
 
 ``environment.dependencies`` are this actor's runtime environment ``pip`` list (:mod:`.ray_package`): Ray installed
-them on this node into a virtual environment of its own before the actor started, and runs the actor in it. The command
-gets that environment first on ``PATH`` and its site folder on ``PYTHONPATH``, so that scripts of the cluster's own
-Python (``torchrun``) see the packages too.
+them on this node into a virtual environment of its own before the actor started, and runs the actor in it. The
+command gets that environment first on ``PATH`` and its site folder on ``PYTHONPATH``, so that scripts of the
+cluster's own Python (``torchrun``) see the packages too.
 
 The command's environment is the node's own (what Ray gives its workers: the job's ``runtime_env`` variables,
 the GPUs of the bundle in ``CUDA_VISIBLE_DEVICES``), then the node's variables. Files of the run (the snapshot,

@@ -5,12 +5,10 @@ Each attempt reserves a placement group of one bundle per node, spread over dist
 :class:`~.ray_node_host.NodeHost` actor in each bundle (bundle 0's node is node 0: ``MASTER_ADDR``, and
 ``MASTER_PORT`` is a port free there), with ``environment.dependencies`` as its runtime environment's ``pip`` list
 (which Ray installs on each node before the actor starts: pip failing there fails the run, without retries), starts
-the command on every node, and polls them for output and exit
-statuses. The first node that fails stops the others. Closing the attempt kills its actors and removes its
-placement group, so a retry is placed anew and nothing of an attempt stays on the cluster; a supervisor that dies
-takes them with it too (Ray ends the actors and placement groups of a job whose driver is gone, and each node's
-keeper then stops its command).
-"""
+the command on every node, and polls them for output and exit statuses. The first node that fails stops the others.
+Closing the attempt kills its actors and removes its placement group, so a retry is placed anew and nothing of an
+attempt stays on the cluster; a supervisor that dies takes them with it too (Ray ends the actors and placement
+groups of a job whose driver is gone, and each node's keeper then stops its command). """
 
 from __future__ import annotations
 
