@@ -8,7 +8,8 @@ Each attempt reserves a placement group of one bundle per node, spread over dist
 the command on every node, and polls them for output and exit statuses. The first node that fails stops the others.
 Closing the attempt kills its actors and removes its placement group, so a retry is placed anew and nothing of an
 attempt stays on the cluster; a supervisor that dies takes them with it too (Ray ends the actors and placement
-groups of a job whose driver is gone, and each node's keeper then stops its command). """
+groups of a job whose driver is gone, and each node's keeper then stops its command).
+"""
 
 from __future__ import annotations
 
