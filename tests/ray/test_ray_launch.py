@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import cloudpickle
 import pytest
 
 from ray_test_support import assert_nothing_left, processes_with_marker, wait_until
 from databricks.air import ray_launch
-from databricks.air.exceptions import GPUTypeError, RuntimeConfigurationError
+from databricks.air.exceptions import GPUTypeError, RayInitializationError, RuntimeConfigurationError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this test module
 
@@ -76,6 +78,33 @@ def test_remote_ranks_on_two_nodes_make_a_ray_cluster_of_two_nodes(connected: ob
     assert not session_nodes & set(found[0]["nodes"])  # a cluster of the call's own, not the session's
     assert found[0]["address"].startswith("127.0.0.1:")
     assert_nothing_left()  # the ranks, their Ray nodes and the placement group are gone
+
+
+def test_a_worker_node_that_ends_before_the_driver_fails_its_rank_with_its_own_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from databricks.air._ray import rank_cluster
+
+    class Store:  # rank 0's rendezvous store: the head's address, and the driver never done
+        def get(self, key: str) -> bytes:
+            assert key == rank_cluster.HEAD_KEY
+            return b"127.0.0.1:6379"
+
+        def check(self, keys: list) -> bool:
+            return False
+
+    log = tmp_path / "ray-start.log"
+    log.write_text("\x1b[31mthe head refused this node\x1b[39m\n")
+    refused = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    refused.wait()
+    node = rank_cluster.RayNode(refused, str(tmp_path), "127.0.0.1:6379")
+    monkeypatch.setattr(rank_cluster.RayNode, "start", classmethod(lambda cls, head_ip, join=None: node))
+    monkeypatch.setattr(rank_cluster.RayNode, "stop", lambda self: None)
+    monkeypatch.setenv("NODE_RANK", "1")
+    with pytest.raises(RayInitializationError) as caught:
+        rank_cluster._serve_worker_node(Store())
+    message = str(caught.value)
+    assert "the Ray worker node of NODE_RANK 1 joining 127.0.0.1:6379 ended with exit code 1" in message
+    assert "the head refused this node" in message and "\x1b" not in message
 
 
 def connected_nodes() -> list:
