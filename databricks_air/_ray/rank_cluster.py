@@ -1,11 +1,12 @@
 """A Ray cluster made of the ranks of one call: what ``ray_launch`` runs in every rank.
 
-Rank 0 starts a Ray head node on its machine (``MASTER_ADDR``), the first rank of every other machine starts a
-worker node that joins it, and rank 0 then runs the user's function as the Ray driver, connected to that cluster
-(``RAY_ADDRESS`` is set for it too). Its value is the call's value at index 0; every other rank returns ``None``.
-When the function ends, however it ends, the nodes are stopped and their files removed: a call leaves no Ray
-cluster behind. Each node is a ``ray start --block`` process in its rank's process group, so stopping a rank (a
-failure elsewhere, the timeout, an interrupt) stops its Ray node with it.
+Rank 0 starts a Ray head node on its machine (``MASTER_ADDR``), the first rank of every other node of the call
+(``LOCAL_RANK`` 0 where ``NODE_RANK`` > 0) starts a worker node that joins it (:mod:`.loopback_node` where both are
+on one machine's loopback and Ray keeps to it), and rank 0 then runs the user's function as the Ray driver,
+connected to that cluster (``RAY_ADDRESS`` is set for it too). Its value is the call's value at index 0; every other
+rank returns ``None``. When the function ends, however it ends, the nodes are stopped and their files removed: a
+call leaves no Ray cluster behind. Each node is a ``ray start --block`` process in its rank's process group, so
+stopping a rank (a failure elsewhere, the timeout, an interrupt) stops its Ray node with it.
 
 Every port is picked free (nothing assumes 6379, 8265 or 10001, which another Ray on the same machine may hold),
 and the dashboard listens on 127.0.0.1. Machines find the head through the call's rendezvous store
@@ -15,7 +16,9 @@ and the dashboard listens on 127.0.0.1. Machines find the head through the call'
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from databricks.air._engine.processes import free_port
-from databricks.air._ray import session
+from databricks.air._ray import loopback_node, session
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RayInitializationError
 
@@ -35,8 +38,8 @@ DONE_KEY = "databricks.air/ray-done"
 START_SECONDS = 120.0
 STOP_SECONDS = 30.0
 _LOG_TAIL_BYTES = 4000
-# The rank that waits for the driver to finish is stopped by the launcher at the call's timeout.
-_WAIT_FOREVER = datetime.timedelta(days=365)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_WATCH_SECONDS = 0.5  # how often a worker node's rank looks for the driver's end, and at its node
 
 
 def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,12 +91,27 @@ def _drive(func: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, An
 
 
 def _serve_worker_node(store: Any) -> None:
+    """Run this node's Ray worker node until rank 0 says that the driver is done; a node that ends before that (it
+    could not join, or died) fails this rank at once with its own words, rather than leaving rank 0 to wait."""
     head_address = store.get(HEAD_KEY).decode()
     node = RayNode.start(head_ip=None, join=head_address)
     try:
-        store.wait([DONE_KEY], _WAIT_FOREVER)
+        while not _done(store):
+            if node.process.poll() is not None:
+                raise RayInitializationError(
+                    f"the Ray worker node of NODE_RANK {os.environ.get('NODE_RANK', '?')} joining {head_address} "
+                    f"ended with exit code {node.process.returncode} before the call did:\n{node.log_tail()}"
+                )
+            time.sleep(_WATCH_SECONDS)
     finally:
         node.stop()
+
+
+def _done(store: Any) -> bool:
+    try:
+        return bool(store.check([DONE_KEY]))
+    except Exception:  # noqa: BLE001 - rank 0's store is gone: so is the driver
+        return True
 
 
 def _rendezvous_store(rank: int) -> Any:
@@ -146,12 +164,15 @@ class RayNode:
         else:
             node_ip, address = _own_ip(join), join
             role = [f"--address={join}"]
-        command = [
-            sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block",
-            f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={free_port(node_ip)}", f"--metrics-export-port={free_port(node_ip)}",
-            *role,
-        ]
+        ports = [f"--dashboard-agent-listen-port={free_port(node_ip)}", f"--metrics-export-port={free_port(node_ip)}"]
+        if join is not None and _joins_over_loopback(join):
+            command = [sys.executable, "-m", loopback_node.__name__, f"--address={join}",
+                       f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", *ports]
+        else:
+            command = [
+                sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block",
+                f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--disable-usage-stats", *ports, *role,
+            ]
         environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
         try:
@@ -191,7 +212,7 @@ class RayNode:
             with open(os.path.join(self.temp_dir, "ray-start.log"), "rb") as stream:
                 stream.seek(0, os.SEEK_END)
                 stream.seek(max(0, stream.tell() - _LOG_TAIL_BYTES))
-                return stream.read().decode("utf-8", "replace")
+                return _ANSI.sub("", stream.read().decode("utf-8", "replace"))  # ray start colours its words
         except OSError:
             return ""
 
@@ -205,6 +226,20 @@ class RayNode:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _joins_over_loopback(head_address: str) -> bool:
+    """Whether a worker node joins ``head_address`` as :mod:`.loopback_node` does rather than with ``ray start``:
+    the head is on this machine's loopback address and Ray's multi-node switch is off, so ``ray start`` would refuse
+    (a head anywhere else always takes ``ray start``, which then says why it cannot join)."""
+    from ray._private import ray_constants
+
+    host = head_address.rpartition(":")[0].strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return loopback and not ray_constants.ENABLE_RAY_CLUSTER
 
 
 def _own_ip(head_address: str) -> str:

@@ -26,7 +26,7 @@ import sys
 import sysconfig
 import time
 import venv
-from typing import BinaryIO, Dict, List, Optional, Sequence
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 from databricks.air.workloads import paths
 from databricks.air.workloads.errors import WorkloadError
@@ -75,9 +75,8 @@ def _parent_site_dirs() -> List[str]:
     return found
 
 
-def local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
-    """The local files an entry depends on: a ``-r``/``-c`` file and what it names in turn, or a path to a wheel,
-    an archive or a project folder (relative paths from ``base_dir``, where pip runs)."""
+def _named_paths(requirement: str) -> Tuple[List[str], List[str]]:
+    """The words of an entry that may name local files: ``(paths, requirement files)``, those after ``-r``/``-c``."""
     words = shlex.split(requirement, comments=True)
     candidates, listed = [], []
     for index, word in enumerate(words):
@@ -89,6 +88,13 @@ def local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
             candidates.append(words[index + 1])
         elif not word.startswith("-"):
             candidates.append(word)
+    return candidates, listed
+
+
+def local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
+    """The local files an entry depends on: a ``-r``/``-c`` file and what it names in turn, or a path to a wheel,
+    an archive or a project folder (relative paths from ``base_dir``, where pip runs)."""
+    candidates, listed = _named_paths(requirement)
     found = []
     for candidate in candidates + listed:
         path = os.path.abspath(os.path.join(base_dir, os.path.expanduser(candidate)))
@@ -100,6 +106,20 @@ def local_files(requirement: str, base_dir: str, depth: int = 0) -> List[str]:
             with open(path, encoding="utf-8", errors="replace") as stream:
                 for line in stream:
                     found += local_files(line, base_dir, depth + 1)
+    return found
+
+
+def requirement_files(dependencies: Sequence[str], base_dir: str) -> List[str]:
+    """The requirement and constraint files (``-r``/``-c``) that the entries name, and those these name in turn."""
+    found: List[str] = []
+    pending = list(dependencies)
+    while pending:
+        for listing in _named_paths(pending.pop())[1]:
+            path = os.path.abspath(os.path.join(base_dir, os.path.expanduser(listing)))
+            if os.path.isfile(path) and path not in found and len(found) < 100:
+                found.append(path)
+                with open(path, encoding="utf-8", errors="replace") as stream:
+                    pending += stream.readlines()
     return found
 
 
@@ -118,9 +138,14 @@ def _fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
+def files_fingerprint(dependencies: Sequence[str], base_dir: str) -> Dict[str, str]:
+    """The content of every local file the entries depend on, as one hash per file."""
+    return {path: _fingerprint(path) for entry in dependencies for path in local_files(entry, base_dir)}
+
+
 def environment_key(dependencies: Sequence[str], base_dir: str) -> str:
     """What identifies an environment: the interpreter, the current environment, the entries and their files."""
-    files = {path: _fingerprint(path) for entry in dependencies for path in local_files(entry, base_dir)}
+    files = files_fingerprint(dependencies, base_dir)
     identity = {
         "python": os.path.realpath(sys.executable),
         "version": sys.version,
@@ -219,24 +244,3 @@ def describe(dependencies: Optional[Sequence[str]]) -> str:
     if not dependencies:
         return "the current Python environment (no extra dependencies)"
     return "current environment + " + ", ".join(dependencies)
-
-
-def main(argv: List[str]) -> int:
-    """``python -m databricks.air.workloads.environments REQUEST RESULT``: build (or reuse) the environment that
-    the JSON file ``REQUEST`` describes (``{"dependencies": [...], "base_dir": ...}``), pip's output on stdout,
-    and write ``{"path": ..., "reused": ...}`` to ``RESULT``; exit status 3 with the reason on stderr if pip fails.
-    How a node of a cluster installs the dependencies, under its keeper (so that a stop stops pip too)."""
-    with open(argv[0], encoding="utf-8") as stream:
-        request = json.load(stream)
-    try:
-        prepared = prepare(request["dependencies"], request["base_dir"], sys.stdout.buffer)
-    except DependencyInstallError as error:
-        print(f"[air] {error}", file=sys.stderr, flush=True)
-        return 3
-    with open(argv[1], "w", encoding="utf-8") as stream:
-        json.dump({"path": prepared.path, "reused": prepared.reused}, stream)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -125,7 +125,7 @@ class Supervisor:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             group = self._reserve(number, deadline)
-        except CannotPlace as error:
+        except (CannotPlace, environments.DependencyInstallError) as error:
             return self._attempt_not_started(number, started, statuses.FAILED, str(error)) + (True,)
         except TimeoutError as error:
             return self._attempt_not_started(number, started, statuses.TIMEDOUT, str(error)) + (False,)

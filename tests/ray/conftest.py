@@ -31,8 +31,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two Ray nodes of 2 CPUs each on 127.0.0.1, the head with a dashboard (and the job submission API); torn down
     at the end of the session.
 
-    Its processes (and so every job, actor and command on it) see this interpreter's ``python`` first on ``PATH``,
-    a ``DATABRICKS_AIR_HOME`` of their own (workload environments are cached there) and no package index.
+    Its processes (and so every job, actor and command on it) run on a virtual environment layered on this one
+    (:func:`_layered_python`), see it and this interpreter's ``bin`` first on ``PATH``, a ``DATABRICKS_AIR_HOME`` of
+    their own and no package index. Each node keeps Ray's runtime environments in a folder of its own, as nodes on
+    separate machines do (on one machine they would share the session's, and each would build into the other's).
     """
     import ray
     from ray.cluster_utils import Cluster
@@ -41,17 +43,22 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     # Every port picked free: Ray's defaults (the head's dashboard agent on 52365...) may be another cluster's.
     dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
                  "dashboard_agent_listen_port": free_port()}
+    home = tmp_path_factory.mktemp("cluster-air-home")
+    python = _layered_python(home)
     cluster_environment = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "DATABRICKS_AIR_HOME": str(tmp_path_factory.mktemp("cluster-air-home")),
+        "PATH": os.pathsep.join([str(Path(python).parent), str(Path(sys.executable).parent),
+                                 os.environ.get("PATH", "")]),
+        "DATABRICKS_AIR_HOME": str(home),
         "PIP_NO_INDEX": "1",
+        "RUNTIME_ENV_RETRY_TIMES": "1",  # Ray tries a runtime environment that fails once, not three times
     }
     with pytest.MonkeyPatch.context() as patch:  # the nodes keep the environment they were started with
         for name, value in cluster_environment.items():
             patch.setenv(name, value)
+        patch.setattr(sys, "executable", python)  # Ray starts every process of a node with sys.executable
         cluster = Cluster(initialize_head=True, head_node_args={**node, **dashboard})
         try:
-            cluster.add_node(**node)
+            cluster.add_node(**node, runtime_env_dir_name="runtime_resources_node_1")
         except BaseException:
             cluster.shutdown()
             raise
@@ -66,6 +73,20 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     finally:
         if _shut_down:
             _shut_down.pop()()
+
+
+def _layered_python(home: Path) -> str:
+    """The interpreter of a virtual environment with no package of its own that sees every package of this one.
+
+    Ray's ``pip`` runtime environment copies the virtual environment the cluster's Python runs in, for each
+    environment on each node: this one's copy is a few files, where the test environment's own (torch...) takes
+    minutes and gigabytes. It is the layered environment that ``environment.dependencies`` build on this machine.
+    """
+    from databricks.air.workloads import environments
+
+    with pytest.MonkeyPatch.context() as patch, open(home / "layered-python.log", "wb") as log:
+        patch.setenv("DATABRICKS_AIR_HOME", str(home))
+        return os.path.join(environments.prepare([], str(home), log).bin_dir, "python")
 
 
 @pytest.fixture(scope="session")

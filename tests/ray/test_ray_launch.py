@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import cloudpickle
 import pytest
 
-from ray_test_support import processes_with_marker, wait_until
+from ray_test_support import assert_nothing_left, processes_with_marker, wait_until
 from databricks.air import ray_launch
-from databricks.air.exceptions import GPUTypeError, RuntimeConfigurationError
+from databricks.air.exceptions import GPUTypeError, RayInitializationError, RuntimeConfigurationError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this test module
 
@@ -46,6 +48,69 @@ def test_rank_0_drives_a_ray_job_on_the_cluster_of_the_ranks(monkeypatch: pytest
     assert values[0]["address"].startswith("127.0.0.1:")
     # The cluster it started is gone: no Ray process, no rank, nothing listening on its head port.
     assert wait_until(lambda: not processes_with_marker(marker), 20), processes_with_marker(marker)
+
+
+def where_tasks_run() -> dict:
+    import os
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=1)
+    def node_id() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    alive = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+    pinned = [node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+              for node in alive]
+    return {"nodes": alive, "ran_on": sorted(ray.get(pinned)), "address": os.environ["RAY_ADDRESS"],
+            "call_nodes": os.environ["GROUP_WORLD_SIZE"]}
+
+
+def test_remote_ranks_on_two_nodes_make_a_ray_cluster_of_two_nodes(connected: object) -> None:
+    """4 ranks on the session's cluster, 2 per node: rank 0 starts the head, node 1's first rank joins it."""
+    values = ray_launch(num_accelerators=4, accelerator_type="CPU", remote=True, timeout=300)(where_tasks_run)
+    found = values.distributed()
+    assert found[1:] == [None, None, None]
+    assert found[0]["call_nodes"] == "2"
+    assert len(found[0]["nodes"]) == 2 and found[0]["ran_on"] == found[0]["nodes"]  # a task ran on each node
+    session_nodes = {node["NodeID"] for node in connected_nodes()}
+    assert not session_nodes & set(found[0]["nodes"])  # a cluster of the call's own, not the session's
+    assert found[0]["address"].startswith("127.0.0.1:")
+    assert_nothing_left()  # the ranks, their Ray nodes and the placement group are gone
+
+
+def test_a_worker_node_that_ends_before_the_driver_fails_its_rank_with_its_own_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from databricks.air._ray import rank_cluster
+
+    class Store:  # rank 0's rendezvous store: the head's address, and the driver never done
+        def get(self, key: str) -> bytes:
+            assert key == rank_cluster.HEAD_KEY
+            return b"127.0.0.1:6379"
+
+        def check(self, keys: list) -> bool:
+            return False
+
+    log = tmp_path / "ray-start.log"
+    log.write_text("\x1b[31mthe head refused this node\x1b[39m\n")
+    refused = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    refused.wait()
+    node = rank_cluster.RayNode(refused, str(tmp_path), "127.0.0.1:6379")
+    monkeypatch.setattr(rank_cluster.RayNode, "start", classmethod(lambda cls, head_ip, join=None: node))
+    monkeypatch.setattr(rank_cluster.RayNode, "stop", lambda self: None)
+    monkeypatch.setenv("NODE_RANK", "1")
+    with pytest.raises(RayInitializationError) as caught:
+        rank_cluster._serve_worker_node(Store())
+    message = str(caught.value)
+    assert "the Ray worker node of NODE_RANK 1 joining 127.0.0.1:6379 ended with exit code 1" in message
+    assert "the head refused this node" in message and "\x1b" not in message
+
+
+def connected_nodes() -> list:
+    import ray
+
+    return [node for node in ray.nodes() if node["Alive"]]
 
 
 def test_arguments_are_checked_against_the_users_signature() -> None:

@@ -172,30 +172,27 @@ def test_a_failing_node_stops_the_other_and_every_attempt_is_its_own_mlflow_run(
     assert_cluster_as_it_was(marker)
 
 
-def test_cancel_frees_every_bundle_and_process(dashboard: str, connected: Any, tmp_path: Path) -> None:
-    marker = f"air-cancel-{uuid.uuid4().hex[:8]}"
-    path = workload(tmp_path, command='echo "node $NODE_RANK started"\nsleep 300',
-                    env_variables={"AIR_TEST_MARKER": marker})
-    run_id = submit(path, dashboard, "--nodes", "2")
-    wait_for(run_id, lambda s: s.status == "RUNNING" and s.owner.get("attempt"), timeout=120)
-    assert wait_until(lambda: len(processes_with_marker(marker)) >= 4, 60)  # two node hosts, and their commands
-    canceled = air("cancel", str(run_id), "-o", "json")
+def test_cancel_and_timeout_each_free_every_bundle_and_process(dashboard: str, connected: Any, tmp_path: Path) -> None:
+    """Two runs at once (2 CPUs each, the cluster has 4): one canceled once its nodes run, one past its timeout."""
+    markers = {name: f"air-{name}-{uuid.uuid4().hex[:8]}" for name in ("cancel", "timeout")}
+    runs = {}
+    for name, marker in markers.items():
+        path = workload(tmp_path, f"{name}.yaml", command='echo "node $NODE_RANK started"\nsleep 300',
+                        env_variables={"AIR_TEST_MARKER": marker})
+        runs[name] = submit(path, dashboard, "--nodes", "2",
+                            env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"} if name == "timeout" else {})
+    wait_for(runs["cancel"], lambda s: s.status == "RUNNING" and s.owner.get("attempt"), timeout=120)
+    assert wait_until(lambda: len(processes_with_marker(markers["cancel"])) >= 4, 60)  # two hosts, two commands
+    canceled = air("cancel", str(runs["cancel"]), "-o", "json")
     assert canceled.returncode == 0, canceled.stdout + canceled.stderr
-    assert envelope(canceled)["data"]["cancelled"] == [run_id]
-    final = wait_for_end(run_id, timeout=60)
+    assert envelope(canceled)["data"]["cancelled"] == [runs["cancel"]]
+    final = wait_for_end(runs["cancel"], timeout=60)
     assert final.status == "CANCELED" and final.latest.status == "CANCELED"
-    assert_cluster_as_it_was(marker)
-
-
-def test_a_timeout_stops_the_attempt_and_frees_the_cluster(dashboard: str, connected: Any, tmp_path: Path) -> None:
-    marker = f"air-timeout-{uuid.uuid4().hex[:8]}"
-    path = workload(tmp_path, command='echo "node $NODE_RANK started"\nsleep 300',
-                    env_variables={"AIR_TEST_MARKER": marker})
-    run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"})
-    final = wait_for_end(run_id, timeout=180)
+    final = wait_for_end(runs["timeout"], timeout=180)
     assert final.status == "TIMEDOUT" and "ran past its timeout" in (final.message or "")
-    assert "ERROR: Script stopped after" in air("logs", str(run_id), "--node", "1").stdout
-    assert_cluster_as_it_was(marker)
+    assert "ERROR: Script stopped after" in air("logs", str(runs["timeout"]), "--node", "1").stdout
+    for marker in markers.values():
+        assert_cluster_as_it_was(marker)
 
 
 def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: str, tmp_path: Path) -> None:
@@ -218,36 +215,66 @@ def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: 
 # --- environment, code and secrets ---------------------------------------------------------------------------------
 
 
-def test_dependencies_install_on_every_node_and_secrets_never_reach_the_cluster_in_clear(
+# python is Ray's environment for the job; the interpreter of torchrun (the cluster's own) sees the package through
+# PYTHONPATH; the token is redacted in the log.
+DEPENDENCY_COMMAND = r'''python -c "import airraypkg, sys; print('node', $NODE_RANK, airraypkg.VALUE, 'in', sys.prefix)"
+launcher="$(head -1 "$(command -v torchrun)")"
+"${launcher#\#!}" -c "import airraypkg; print('torchrun python:', airraypkg.VALUE)"
+echo "token $HF_TOKEN"
+'''
+
+
+def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach_the_cluster_in_clear(
         dashboard: str, tmp_path: Path) -> None:
+    import importlib.util
+
     from ray.job_submission import JobSubmissionClient
 
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     make_wheel(wheels, "airraypkg", "0.2", "VALUE = 'from the wheel'\n")
-    command = ('python -c "import airraypkg; print(\'node\', $NODE_RANK, airraypkg.VALUE)"\n'
-               'echo "token $HF_TOKEN"')
+    (tmp_path / "requirements.txt").write_text("wheels/airraypkg-0.2-py3-none-any.whl\n")
+    command = DEPENDENCY_COMMAND
     path = workload(tmp_path, command=command, secrets={"HF_TOKEN": "ml_team/hf_token"},
-                    environment={"dependencies": ["wheels/airraypkg-0.2-py3-none-any.whl"]})
+                    environment={"dependencies": ["-r requirements.txt"]})
+    broken = workload(tmp_path, "broken.yaml", command="echo never",
+                      environment={"dependencies": ["numpy", "air-no-such-package==9.9"]}, max_retries=2)
+    failing = submit(broken, dashboard, "--nodes", "2")  # both at once: 2 CPUs each, of the cluster's 4
     run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_SECRET_ML_TEAM__HF_TOKEN": secret})
     final = wait_for_end(run_id, timeout=300)
     logs = [air("logs", str(run_id), "--node", str(node)).stdout for node in (0, 1)]
     assert final.status == "SUCCESS", (final.message, logs)
-    # Each node installs into its machine's cache; on loopback both nodes share one, so one of them reuses it.
-    assert any("Successfully installed airraypkg-0.2" in text for text in logs), logs
+    prefixes = set()
     for node, text in enumerate(logs):
-        assert f"node {node} from the wheel" in text
+        said = next(line for line in text.splitlines() if line.startswith(f"node {node} from the wheel in "))
+        prefixes.add(said.rsplit(" in ", 1)[1])
+        assert "torchrun python: from the wheel" in text
         assert "token [REDACTED]" in text and secret not in text
+    # Each node's own virtual environment, which Ray built in its runtime resources; nothing in this environment.
+    assert len(prefixes) == 2 and all(prefix.startswith(RAY_TMPDIR) for prefix in prefixes), prefixes
+    importlib.invalidate_caches()
+    assert importlib.util.find_spec("airraypkg") is None
     job_id = final.owner["ray_job_id"]
     client = JobSubmissionClient(dashboard)
     job = client.get_job_info(job_id)
+    assert "pip" not in job.runtime_env  # the node hosts' environment only: the supervisor keeps the cluster's
     shown = json.dumps([job.entrypoint, job.metadata, job.runtime_env, job.message], default=str)
     assert secret not in shown and secret not in client.get_job_logs(job_id)
     assert secret not in json.dumps([j.model_dump() if hasattr(j, "model_dump") else str(j) for j in client.list_jobs()],
                                     default=str)
     on_disk = [str(p) for p in Path(RAY_TMPDIR).rglob("*") if p.is_file() and _holds(p, secret.encode())]
     assert on_disk == []  # not in Ray's logs, its unpacked working directories or anything else it keeps
+    # A requirement that cannot be installed fails the run, which says which one, what pip said and what to do.
+    broken_run = wait_for_end(failing, timeout=120)
+    assert broken_run.status == "FAILED", broken_run.message
+    message = broken_run.message or ""
+    assert "installing environment.dependencies on node 0 failed" in message, message
+    assert [attempt.status for attempt in broken_run.attempt_list] == ["FAILED"]  # not retried: it cannot help
+    assert "No matching distribution found for air-no-such-package==9.9" in message, message
+    assert "package index" in message and "runtime_env_setup" in message
+    shown = envelope(air("get", str(failing), "-o", "json"))["data"]
+    assert shown["status"] == "FAILED" and "air-no-such-package==9.9" in json.dumps(shown)
 
 
 def _holds(path: Path, data: bytes) -> bool:

@@ -80,7 +80,7 @@ class AttemptLaunch:
     """Where each node's output goes."""
     grace_seconds: float
     dependencies: Optional[List[str]] = None
-    """``environment.dependencies`` for the nodes to install, where the launcher :attr:`installs_dependencies`."""
+    """``environment.dependencies``, where the launcher's nodes get them themselves (:attr:`installs_dependencies`)."""
 
     def environ(self, node: int, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
         """The complete environment of node ``node``'s command, on ``base`` (default: :attr:`base_environ`)."""
@@ -125,7 +125,8 @@ class NodeLauncher(abc.ABC):
     reserves_nodes: ClassVar[bool] = False
     """Whether :meth:`reserve` may wait for capacity (the supervisor then says that it is placing the nodes)."""
     installs_dependencies: ClassVar[bool] = False
-    """Whether each node installs ``environment.dependencies`` itself (else the supervisor does, where it runs)."""
+    """Whether the nodes get ``environment.dependencies`` themselves (on Ray: the job's runtime environment), else
+    the supervisor installs them where it runs."""
 
     @abc.abstractmethod
     def reserve(self, plan: NodePlan, deadline: Optional[float],

@@ -88,7 +88,8 @@ class RayBackend(Backend):
         if workload.image_field is not None:
             raise UnsupportedHere(
                 f"environment.{workload.image_field}: the Ray backend runs on the cluster's own Python; list the "
-                "workload's packages in environment.dependencies instead (each node installs them)."
+                "workload's packages in environment.dependencies instead (Ray's runtime environment installs them "
+                "on each node)."
             )
         if workload.schedule is not None:
             raise UnsupportedHere("schedule: the Ray backend runs a workload once, now; a schedule needs a scheduler "

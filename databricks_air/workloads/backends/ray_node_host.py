@@ -1,10 +1,13 @@
 """The Ray actor that runs a workload's command on one node of the cluster (one per bundle of the placement group).
 
 It runs the command as the local backend does, under a keeper (:mod:`.keeper`): ``bash -euo pipefail
-command.sh`` in the node's copy of the code snapshot, every process it starts found and stopped with it. Before
-that, where the workload has ``environment.dependencies``, it installs them on this node (:mod:`..environments`:
-a cached environment layered on the node's Python), also under a keeper, pip's output first in the node's log. The
+command.sh`` in the node's copy of the code snapshot, every process it starts found and stopped with it. The
 supervisor polls it for output and the exit status, and stops it through it.
+
+``environment.dependencies`` are this actor's runtime environment ``pip`` list (:mod:`.ray_package`): Ray installed
+them on this node into a virtual environment of its own before the actor started, and runs the actor in it. The
+command gets that environment first on ``PATH`` and its site folder on ``PYTHONPATH``, so that scripts of the
+cluster's own Python (``torchrun``) see the packages too.
 
 The command's environment is the node's own (what Ray gives its workers: the job's ``runtime_env`` variables,
 the GPUs of the bundle in ``CUDA_VISIBLE_DEVICES``), then the node's variables. Files of the run (the snapshot,
@@ -31,7 +34,6 @@ from databricks.air.workloads.backends import keeper
 
 PRIVATE_FILE = os.path.join(".air", "private.json")
 """The secrets of the run in the job's working directory, removed by the supervisor and by every node at once."""
-_SETUP_FAILED = 3  # environments.main's exit status when pip fails
 _READ_BLOCK = 1 << 16
 
 
@@ -42,7 +44,6 @@ class NodeHost:
         self._lock = threading.Condition()
         self._output: List[bytes] = []
         self._status: Optional[int] = None
-        self._setup_error: Optional[str] = None
         self._keeper: Optional[subprocess.Popen] = None
         self._stopping = False
         self._runner: Optional[threading.Thread] = None
@@ -66,8 +67,9 @@ class NodeHost:
 
     def start(self, root: str, command: str, variables: node_environment.NodeVariables, grace: float,
               dependencies: Optional[List[str]]) -> None:
-        """Install the dependencies, then run ``command`` in ``CODE_SOURCE_PATH``; ``root`` is where the
-        supervisor's node has the job's working directory (paths under it are this node's copy here)."""
+        """Run ``command`` in ``CODE_SOURCE_PATH``, in Ray's environment of ``dependencies`` where there are some;
+        ``root`` is where the supervisor's node has the job's working directory (paths under it are this node's
+        copy here)."""
         here = os.getcwd()
         script = os.path.join(self._scratch, "command.sh")
         with open(script, "w", encoding="utf-8") as stream:
@@ -84,10 +86,9 @@ class NodeHost:
         status: Optional[int] = None
         try:
             base = node_environment.with_interpreter_on_path(os.environ)
-            if dependencies is not None:
-                status = self._install(dependencies, base, grace)
-                if status != 0:
-                    return
+            if dependencies:
+                environments.PreparedEnvironment(sys.prefix, reused=True).apply(base)
+                self._say(f"[air] environment.dependencies: Ray's runtime environment {sys.prefix}\n")
             status = self._keep(script, cwd, variables.environ(base), grace)
         except BaseException as error:  # noqa: BLE001 - reported as the node's failure, with its reason
             self._say(f"[air] the node could not run the command: {type(error).__name__}: {error}\n")
@@ -96,24 +97,6 @@ class NodeHost:
             with self._lock:
                 self._status = 128 + signal.SIGTERM if status is None else status
                 self._lock.notify_all()
-
-    def _install(self, dependencies: List[str], base: Dict[str, str], grace: float) -> int:
-        """Build (or reuse) the environment of ``dependencies`` on this node and apply it to ``base``."""
-        request, result = os.path.join(self._scratch, "request.json"), os.path.join(self._scratch, "result.json")
-        with open(request, "w", encoding="utf-8") as stream:
-            json.dump({"dependencies": dependencies, "base_dir": os.path.join(os.getcwd(), "deps")}, stream)
-        setup = os.path.join(self._scratch, "setup.sh")
-        with open(setup, "w", encoding="utf-8") as stream:
-            stream.write(f'exec "{sys.executable}" -m {environments.__name__} "{request}" "{result}"\n')
-        status = self._keep(setup, os.getcwd(), base, grace)
-        if status == _SETUP_FAILED:
-            with self._lock:
-                self._setup_error = "installing environment.dependencies failed (pip's output is in this node's log)"
-        if status == 0:
-            with open(result, encoding="utf-8") as stream:
-                built = json.load(stream)
-            environments.PreparedEnvironment(built["path"], built["reused"]).apply(base)
-        return status
 
     def _keep(self, script: str, cwd: str, environ: Dict[str, str], grace: float) -> int:
         """Run ``bash -euo pipefail script`` under a keeper, its output into the buffer; its exit status."""
@@ -147,14 +130,14 @@ class NodeHost:
             self._lock.notify_all()
 
     def poll(self, wait: float) -> Dict[str, Any]:
-        """Output since the last poll, and the exit status once the command (or the installation) has ended.
+        """Output since the last poll, and the exit status once the command has ended.
 
         Waits up to ``wait`` seconds for something to report, so that the supervisor can poll in a loop cheaply.
         """
         with self._lock:
             self._lock.wait_for(lambda: bool(self._output) or self._status is not None, timeout=wait)
             output, self._output = b"".join(self._output), []
-            return {"output": output, "status": self._status, "setup_error": self._setup_error}
+            return {"output": output, "status": self._status}
 
     def stop(self) -> None:
         """SIGTERM to the keeper, which stops everything the command started (SIGKILL after the grace period)."""

@@ -3,11 +3,12 @@
 Each attempt reserves a placement group of one bundle per node, spread over distinct Ray nodes (``STRICT_SPREAD``,
 :mod:`.ray_placement`), created whole or not at all and waited for within the attempt's timeout; it starts one
 :class:`~.ray_node_host.NodeHost` actor in each bundle (bundle 0's node is node 0: ``MASTER_ADDR``, and
-``MASTER_PORT`` is a port free there), starts the command on every node, and polls them for output and exit
-statuses. The first node that fails stops the others. Closing the attempt kills its actors and removes its
-placement group, so a retry is placed anew and nothing of an attempt stays on the cluster; a supervisor that dies
-takes them with it too (Ray ends the actors and placement groups of a job whose driver is gone, and each node's
-keeper then stops its command).
+``MASTER_PORT`` is a port free there), with ``environment.dependencies`` as its runtime environment's ``pip`` list
+(which Ray installs on each node before the actor starts: pip failing there fails the run, without retries), starts
+the command on every node, and polls them for output and exit statuses. The first node that fails stops the others.
+Closing the attempt kills its actors and removes its placement group, so a retry is placed anew and nothing of an
+attempt stays on the cluster; a supervisor that dies takes them with it too (Ray ends the actors and placement
+groups of a job whose driver is gone, and each node's keeper then stops its command).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional
 from databricks.air._ray.ray_call import answered, max_resources
 from databricks.air._ray.require import import_ray
 from databricks.air.workloads import environments
+from databricks.air.workloads.backends import ray_package
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
 from databricks.air.workloads.backends.ray_node_host import NodeHost
 from databricks.air.workloads.backends.ray_placement import STRATEGY, NodeRequest
@@ -42,6 +44,8 @@ class RayNodes(NodeLauncher):
         """The job's working directory on this node (each node has its own copy)."""
         self.accelerator_type = accelerator_type
         self.name = name
+        self.pip = ray_package.read_pip_field(root)
+        """``environment.dependencies`` as the hosts' runtime environment ``pip`` field (``None``: none)."""
 
     def reserve(self, plan: NodePlan, deadline: Optional[float],
                 interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
@@ -62,6 +66,8 @@ class RayNodes(NodeLauncher):
                 resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
                 max_concurrency=4,  # a stop must not wait behind a poll
             )
+            if self.pip is not None:  # merged into the job's: the working directory and variables stay
+                options["runtime_env"] = {"pip": self.pip}
             for index in range(plan.num_nodes):
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
                 hosts.append(host_class.options(scheduling_strategy=strategy, **options).remote())
@@ -70,10 +76,22 @@ class RayNodes(NodeLauncher):
                               deadline, interrupted, "the nodes' hosts to start"):
                 RayNodeGroup(self.ray, self.root, group, hosts, []).close()
                 return None
-            return RayNodeGroup(self.ray, self.root, group, hosts, self.ray.get(pending))
+            return RayNodeGroup(self.ray, self.root, group, hosts, self._where(pending))
         except BaseException:
             RayNodeGroup(self.ray, self.root, group, hosts, []).close()
             raise
+
+    def _where(self, pending: List[Any]) -> List[Dict[str, Any]]:
+        """Each started host's :meth:`~.NodeHost.where`; a host whose runtime environment Ray could not build (pip
+        failed on its node) fails the attempt for good, naming the node and pip's errors."""
+        found = []
+        for node, ref in enumerate(pending):
+            try:
+                found.append(self.ray.get(ref))
+            except self.ray.exceptions.RuntimeEnvSetupError as error:
+                raise environments.DependencyInstallError(
+                    ray_package.install_failure(str(error), f"on node {node}")) from None
+        return found
 
     def _wait(self, ready: Callable[[float], bool], deadline: Optional[float], interrupted: Callable[[], bool],
               what: str) -> bool:
@@ -101,7 +119,6 @@ class RayNodeGroup(NodeGroup):
         self.codes: List[Optional[int]] = [None] * len(hosts)
         self.polls: Dict[Any, int] = {}  # pending poll -> node
         self._stopping = False
-        self._setup_error: Optional[str] = None
 
     def master_address(self) -> str:
         return str(self.where[0]["node_ip"])
@@ -120,8 +137,6 @@ class RayNodeGroup(NodeGroup):
 
     def wait(self, timeout: float) -> Optional[List[int]]:
         self._poll(timeout)
-        if self._setup_error is not None and all(code is not None for code in self.codes):
-            raise environments.DependencyInstallError(self._setup_error)
         if all(code is not None for code in self.codes):
             return [int(code) for code in self.codes]  # type: ignore[arg-type]
         return None
@@ -143,8 +158,6 @@ class RayNodeGroup(NodeGroup):
                 self.launch.outputs[node].feed(report["output"])
             if report["status"] is not None:
                 self.codes[node] = int(report["status"])
-                if report.get("setup_error") and self._setup_error is None:
-                    self._setup_error = f"{report['setup_error']} (node {node}: air logs RUN_ID --node {node})"
                 if self.codes[node] != 0 and not self._stopping:
                     self._stop_all()  # the first node that fails stops the others
 
