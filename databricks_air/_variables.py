@@ -76,5 +76,11 @@ SERVERLESS_GPU_WARNED = "DATABRICKS_AIR_SERVERLESS_GPU_WARNED"
 RANK_HOOKS = "DATABRICKS_AIR_RANK_HOOKS"
 """Modules whose ``rank_started()``/``rank_ending()`` each rank runs (set by the caller: tracking's rank side)."""
 
+METRICS_ADDRESS = "DATABRICKS_AIR_METRICS_ADDRESS"
+"""The Unix socket of the call's metrics writer (:mod:`databricks.air.metrics_writer`), for the ranks."""
+
+METRICS_KEY = "DATABRICKS_AIR_METRICS_KEY"
+"""The key a rank connects to the call's metrics writer with."""
+
 RUN_SNAPSHOT = "DATABRICKS_AIR_RUN_SNAPSHOT"
 """The call's MLflow run as it was created (MLflow's protobuf, base64), so that ranks need not read it back."""

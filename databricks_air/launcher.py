@@ -210,6 +210,8 @@ class DistributedFunction:
             )
             if run is not None:
                 run.show()
+                if not self.remote:  # ranks on other machines cannot reach the caller's writer: they write their own
+                    run.start_metrics_writer()
                 environ.update(run.environ_for_ranks(environ))
                 run.start_log_uploads(log_dir)
                 if not self.remote:  # this node's metrics say nothing of ranks on other machines

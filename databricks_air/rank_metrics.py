@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
 _BUFFERING = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
-_BATCH = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
+BATCH = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 _LOCKED_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)  # each attempt also waits MLflow's 20 s for the lock
 
 # (metric, future of the batch it is written in)
@@ -39,10 +39,13 @@ class MetricBuffer:
     needs, so a SIGTERM whose handler flushes again (the rank is being stopped) cannot deadlock with it.
     """
 
-    def __init__(self, run_id: str, write: Callable[[str, List[Any]], None], interval: Optional[float] = None) -> None:
+    def __init__(
+        self, run_id: str, write: Callable[[str, List[Any], bool], None], interval: Optional[float] = None
+    ) -> None:
         self.run_id = run_id
-        self._write = write  # (run_id, metrics): MlflowClient().log_batch in a rank
-        self._interval = _interval() if interval is None else interval
+        # (run_id, metrics, now): log_batch, or a hand-over to the call's writer; now: a flush waits for this batch
+        self._write = write
+        self._interval = buffering_seconds() if interval is None else interval
         self._points: Deque[_Point] = collections.deque()
         self._future: "Future[None]" = Future()  # the batch the next point joins
         self._wake = threading.Event()
@@ -52,6 +55,7 @@ class MetricBuffer:
         self._final = False  # a flush for the rank's end was asked: failed batches are tried again on the spot
         self._thread: Optional[threading.Thread] = None
         self._failed_before = False
+        self._held_elsewhere = False  # batches were handed over without a wait since the last flush
 
     def add(self, metric: Any) -> "Future[None]":
         """Queue one point; the future is done once the batch holding it is written."""
@@ -59,7 +63,7 @@ class MetricBuffer:
         self._points.append((metric, future))
         if self._thread is None:
             self._start()
-        elif len(self._points) >= _BATCH and not self._wake.is_set():
+        elif len(self._points) >= BATCH and not self._wake.is_set():
             self._wake.set()
         return future
 
@@ -96,20 +100,30 @@ class MetricBuffer:
             self._wake.clear()
             with self._flushes:
                 asked, final = self._asked, self._final  # what is queued now includes every asker's points
-            self._write_queued(attempts=3 if final else 1)
+            self._write_queued(attempts=3 if final else 1, now=asked > self._answered)
             with self._flushes:
                 self._answered = max(self._answered, asked)
                 self._flushes.notify_all()
 
-    def _write_queued(self, attempts: int) -> int:
-        """Write what is queued, in batches; the count of points that stay queued after a failure."""
+    def _write_queued(self, attempts: int, now: bool = True) -> int:
+        """Write what is queued, in batches; the count of points that stay queued after a failure.
+
+        ``now``: a flush waits. Batches handed over without it may still be held by the call's writer: an empty
+        batch with ``now`` makes it write them, even when nothing is queued here.
+        """
         if not self._points:
+            if now and self._held_elsewhere:
+                error = self._write_batch([], attempts, now=True)
+                self._held_elsewhere = error is not None
+                if error is not None:
+                    self._say(error)
             return 0
+        self._held_elsewhere = self._held_elsewhere or not now
         self._future = Future()  # points queued from now on join the next batch
         written: set = set()
         while self._points:
-            batch = [self._points.popleft() for _ in range(min(_BATCH, len(self._points)))]
-            error = self._write_batch([metric for metric, _ in batch], attempts)
+            batch = [self._points.popleft() for _ in range(min(BATCH, len(self._points)))]
+            error = self._write_batch([metric for metric, _ in batch], attempts, now)
             if error is not None:
                 self._points.extendleft(reversed(batch))  # kept, in order, for the next flush
                 self._done(written - {future for _, future in self._points})
@@ -118,6 +132,8 @@ class MetricBuffer:
             written.update(future for _, future in batch)
         self._done(written)
         self._failed_before = False
+        if now:
+            self._held_elsewhere = False
         return 0
 
     @staticmethod
@@ -126,13 +142,13 @@ class MetricBuffer:
             if not future.done():
                 future.set_result(None)
 
-    def _write_batch(self, metrics: List[Any], attempts: int) -> Optional[BaseException]:
+    def _write_batch(self, metrics: List[Any], attempts: int, now: bool) -> Optional[BaseException]:
         error: Optional[BaseException] = None
         for attempt in range(attempts):
             if attempt:
                 time.sleep(1.0)
             try:
-                write_locked_again(lambda: self._write(self.run_id, metrics))
+                write_locked_again(lambda: self._write(self.run_id, metrics, now))
                 return None
             except Exception as failure:  # noqa: BLE001 - kept and reported, the rank goes on training
                 error = failure
@@ -165,7 +181,8 @@ def write_locked_again(write: Callable[[], Any]) -> Any:
     return write()
 
 
-def _interval() -> float:
+def buffering_seconds() -> float:
+    """``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS``: how long a rank holds its points (1 s unless the user chose)."""
     try:
         return max(0.05, float(os.environ.get(_BUFFERING, "1")))  # 0: as soon as possible, without spinning
     except ValueError:

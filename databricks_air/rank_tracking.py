@@ -238,9 +238,16 @@ def _buffer(fluent: types.ModuleType) -> rank_metrics.MetricBuffer:
     global _metrics
     if _metrics is None or _metrics.run_id != _call_run_id:
 
-        def write(run_id: str, metrics: list) -> None:
-            fluent.MlflowClient().log_batch(run_id, metrics=metrics, synchronous=True)
+        def write_here(run_id: str, metrics: list, now: bool = True) -> None:
+            if metrics:
+                fluent.MlflowClient().log_batch(run_id, metrics=metrics, synchronous=True)
 
+        address = os.environ.get(_variables.METRICS_ADDRESS)
+        write = write_here
+        if address:  # the caller writes (metrics_writer says why); a rank that cannot reach it writes here
+            from databricks.air.metrics_writer import RankSender
+
+            write = RankSender(address, os.environ.get(_variables.METRICS_KEY, ""), write_here)
         _metrics = rank_metrics.MetricBuffer(_call_run_id, write)
     return _metrics
 

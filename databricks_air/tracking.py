@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Mapping, Optional
 
-from databricks.air import _mlflow_quiet, _notebook, _progress, _variables, rank_tracking
+from databricks.air import _mlflow_quiet, _notebook, _progress, _variables, metrics_writer, rank_tracking
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
@@ -74,6 +74,7 @@ class CallRun:
         self.started = time.time()
         self._uploader: Optional[_LogUploader] = None
         self._monitor: Any = None
+        self._metrics_writer: Optional[metrics_writer.MetricsWriter] = None
 
     @classmethod
     def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
@@ -138,6 +139,8 @@ class CallRun:
         """
         environ = self.rank_environ()
         environ[_variables.RANK_HOOKS] = rank_tracking.__name__
+        if self._metrics_writer is not None:
+            environ.update(self._metrics_writer.environ())
         if self.snapshot:
             environ[_variables.RUN_SNAPSHOT] = self.snapshot
         defaults = {"MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS": "1", "MLFLOW_REGISTRY_URI": self.registry_uri}
@@ -201,6 +204,15 @@ class CallRun:
             self._monitor = None
             print(f"databricks.air: no system metrics: {error}", file=sys.stderr)
 
+    def start_metrics_writer(self) -> None:
+        """Write the ranks' per-step metrics here, in the caller (:mod:`databricks.air.metrics_writer` says why);
+        :meth:`environ_for_ranks` then tells the ranks where to send them."""
+
+        def write(run_id: str, metrics: list) -> None:
+            self.client.log_batch(run_id, metrics=metrics, synchronous=True)
+
+        self._metrics_writer = metrics_writer.MetricsWriter(self.run_id, write)
+
     def start_log_uploads(self, log_dir: str) -> None:
         """Upload ``rank_<r>.txt`` files every 30 s (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while the call runs."""
         interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or DEFAULT_UPLOAD_SECONDS)
@@ -227,6 +239,8 @@ class CallRun:
             self._close(status, log_dir, failure)
 
     def _close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
+        if self._metrics_writer is not None:
+            self._metrics_writer.close()
         if self._uploader is not None:
             self._uploader.stop()
         if self._monitor is not None:

@@ -19,7 +19,7 @@ class Store:
         self.failures = failures
         self.error = error
 
-    def write(self, run_id: str, metrics: List[int]) -> None:
+    def write(self, run_id: str, metrics: List[int], now: bool = True) -> None:
         if self.failures:
             self.failures -= 1
             raise RuntimeError(self.error)
@@ -129,7 +129,7 @@ def test_a_flush_from_a_signal_handler_during_a_flush_does_not_deadlock() -> Non
 
     written = threading.Event()
 
-    def slow(run_id: str, metrics: List[int]) -> None:
+    def slow(run_id: str, metrics: List[int], now: bool = True) -> None:
         time.sleep(0.5)  # the handler's flush arrives while this batch is being written
         store.write(run_id, metrics)
         written.set()
