@@ -40,6 +40,8 @@ from databricks.air import _variables
 from databricks.air.rank_metrics import BATCH as _BATCH
 from databricks.air.rank_metrics import buffering_seconds, write_locked_again
 
+_RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
+
 OK = b"+"
 FAILED = b"-"
 
@@ -65,6 +67,7 @@ class MetricsWriter:
         self._now = False  # a rank flushes: write what waits without holding it
         self._closed = False
         self._failed_before = False
+        self._retry_at = 0.0  # monotonic time before which a failed batch is not tried again
         self._changed = threading.Condition()
         self._accepting = threading.Thread(target=self._accept, name="databricks.air metrics writer", daemon=True)
         self._writing = threading.Thread(target=self._write_loop, name="databricks.air metrics writer", daemon=True)
@@ -164,6 +167,7 @@ class MetricsWriter:
                 with self._changed:
                     self._waiting[:0] = kept  # in order, before what came since; tried again when due
                     self._points += sum(len(batch.metrics) for batch in kept)
+                    self._retry_at = time.monotonic() + _RETRY_SECONDS
 
     def _write_batches(self, batches: List["_Batch"], attempts: int) -> List["_Batch"]:
         """Write the batches, 1,000 points a ``log_batch``; those received without a wait that could not be written."""
@@ -187,14 +191,17 @@ class MetricsWriter:
         return kept
 
     def _due(self) -> bool:
-        if self._closed or self._now or self._points >= _BATCH:
+        if self._closed or self._now:
             return True
-        return bool(self._waiting) and time.monotonic() - self._waiting[0].received >= self._hold
+        if not self._waiting or time.monotonic() < self._retry_at:  # after a failure: not before a pause
+            return False
+        return self._points >= _BATCH or time.monotonic() - self._waiting[0].received >= self._hold
 
     def _wait(self) -> Optional[float]:
         if not self._waiting:
             return None
-        return max(0.01, self._hold - (time.monotonic() - self._waiting[0].received))
+        due = self._retry_at if self._points >= _BATCH else max(self._retry_at, self._waiting[0].received + self._hold)
+        return max(0.01, due - time.monotonic())
 
 
 def _attempt(write: Callable[[], Any], attempts: int) -> Optional[BaseException]:
