@@ -1,17 +1,18 @@
-"""A rank's per-step metrics for the call's run: queued in microseconds, written once a second with ``log_batch``.
+"""A rank's per-step metrics for the call's run: queued in microseconds, handed on once a second.
 
 Why not MLflow's asynchronous logging alone: it queues each point as a batch of its own, with a
 ``threading.Event``, a ``Future`` and a task in a status-check thread pool that waits for it. Measured on 2 CPU
 ranks (``bench/metrics_logging.py``), that is about 0.2 ms of the training thread's time per ``log_metric`` call
 and thread switches besides: the seed example's loop ran 1.3 to 1.6 times the loop without per-step logging. Here a
-point is one ``deque.append`` (thread-safe and safe in a signal handler, so no lock is needed); one writer thread
-per rank hands MLflow's own ``MlflowClient.log_batch`` up to 1,000 points (MLflow's limit for one batch) every
+point is one ``deque.append`` (thread-safe and safe in a signal handler, so no lock is needed); one thread per rank
+passes up to 1,000 points (MLflow's limit for one ``log_batch``) to ``write`` every
 ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (1 s unless the user chose), or sooner when 1,000 are waiting.
 
-Each rank writes its own batches: with SQLite that is one transaction a second per rank, so the ranks and the
-caller rarely meet at the file's lock, and a batch that waits out SQLite's busy timeout is written again, not
-dropped. A batch that fails for another reason is kept and tried again at the next flush; what cannot be written
-when the rank ends is said on stderr, with the count, never dropped silently.
+``write`` hands the batch to the call's writer in the caller (:mod:`databricks.air.metrics_writer`, which says why
+the rank does not write it), or, where the rank cannot reach it, calls MLflow's ``log_batch`` in the rank. A batch
+that SQLite refuses because another writer holds its lock is written again, not dropped. A batch that fails for
+another reason is kept and tried again at the next flush; what cannot be written when the rank ends is said on
+stderr, with the count, never dropped silently.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ has not preloaded it):
   only flushes what was logged and detaches it: the rank never ends the call's run, the call does (FINISHED,
   FAILED or KILLED). Nested runs (``start_run(nested=True)`` under an active run) and other runs work as in MLflow.
 * **Per-step metrics cost microseconds.** ``mlflow.log_metric`` and ``mlflow.log_metrics`` into the call's run
-  are queued in the rank and written by one thread with ``log_batch`` (:mod:`databricks.air.rank_metrics`, which
-  says why MLflow's own asynchronous queue is not enough), every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (which
-  the caller sets to 1 unless the user chose): a synchronous call is a store transaction (about 5-20 ms with
-  SQLite, a network round trip with a server), and every rank writing one per step into one SQLite file spends most
-  of the step waiting on its lock. The metric is validated first, so bad input still raises at the call, as it
+  are queued in the rank and handed to the call's writer every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (which
+  the caller sets to 1 unless the user chose; :mod:`databricks.air.rank_metrics` says why MLflow's own
+  asynchronous queue is not enough, :mod:`databricks.air.metrics_writer` why the caller writes): a synchronous
+  call is a store transaction (about 5-20 ms with SQLite, a network round trip with a server), and every rank
+  writing one per step into one SQLite file spends most of the step waiting on its lock. The metric is validated first, so bad input still raises at the call, as it
   would synchronously. Metrics for another run, a model or a dataset take MLflow's asynchronous path. Params and
   tags stay synchronous (a conflicting param value must fail where it is logged, not spoil a batch of metrics
   later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either way, or passes ``synchronous=``, gets MLflow's own
