@@ -19,11 +19,11 @@ has not preloaded it):
   the caller sets to 1 unless the user chose; :mod:`databricks.air.rank_metrics` says why MLflow's own
   asynchronous queue is not enough, :mod:`databricks.air.metrics_writer` why the caller writes): a synchronous
   call is a store transaction (about 5-20 ms with SQLite, a network round trip with a server), and every rank
-  writing one per step into one SQLite file spends most of the step waiting on its lock. The metric is validated first, so bad input still raises at the call, as it
-  would synchronously. Metrics for another run, a model or a dataset take MLflow's asynchronous path. Params and
-  tags stay synchronous (a conflicting param value must fail where it is logged, not spoil a batch of metrics
-  later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either way, or passes ``synchronous=``, gets MLflow's own
-  behaviour.
+  writing one per step into one SQLite file spends most of the step waiting on its lock. The metric is validated
+  first, so bad input still raises at the call, as it would synchronously. Metrics for another run, a model or a
+  dataset take MLflow's asynchronous path. Params and tags stay synchronous (a conflicting param value must fail
+  where it is logged, not spoil a batch of metrics later). A user who sets ``MLFLOW_ENABLE_ASYNC_LOGGING`` either
+  way, or passes ``synchronous=``, gets MLflow's own behaviour.
 * **Nothing logged is lost.** :func:`rank_ending` flushes the rank's queue, then MLflow's (metrics, params, tags;
   artifacts logged asynchronously) before the rank exits or dies, so the call ends its run only after every rank's
   logging is in.
