@@ -50,12 +50,6 @@ def _page_id(path: Path) -> str:
 PAGES = _pages()
 RUNNABLE = [path for path in PAGES if read_page(path).executed_blocks]
 
-# Pages whose ```text output blocks are not compared with a run yet: each still shows output from before the check
-# existed. Remove a page from here once its blocks match (the test's diff says what the run printed).
-OUTPUT_NOT_YET_CHECKED = {
-    "docs/workloads.md",
-}
-
 
 def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
     """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run.
@@ -167,14 +161,8 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     shutil.rmtree(ray_directory, ignore_errors=True)
     failed = [line for line in done.stdout.splitlines() if " FAILED: " in line]
     assert done.returncode == 0, f"{failed[0] if failed else _page_id(page)}\n\n{_tail(done.stdout)}"
-    if _page_id(page) in OUTPUT_NOT_YET_CHECKED:
-        return
     wrong = _wrong_outputs(parsed, block_outputs(done.stdout))
     assert not wrong, f"{_page_id(page)}: ```text blocks that do not show what ran:\n\n" + "\n\n".join(wrong)
-
-
-def test_pages_not_yet_checked_exist() -> None:
-    assert OUTPUT_NOT_YET_CHECKED <= {_page_id(page) for page in RUNNABLE}
 
 
 def _wrong_outputs(parsed, outputs: Dict[int, str]) -> List[str]:
