@@ -11,7 +11,8 @@ compares the two after masking what changes from run to run on both sides:
 Numbers are not masked, so a page cannot show losses the code does not produce. Where a value really varies,
 write ``...`` for it: within a line ``...`` matches any text, and a line that is only ``...`` matches any number of
 lines. A block whose output cannot be shown faithfully (ranks racing each other, say) says why on the line before
-it: ``<!-- not-checked: reason -->``.
+it: ``<!-- not-checked: reason -->``; so does every ```` ```text ```` block that follows prose rather than code
+(``tests/docs_blocks.py`` reports one that does not).
 """
 
 from __future__ import annotations
