@@ -74,6 +74,9 @@ def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
             # air run's registry, environments and secrets, rather than the user's ~/.air.
             "DATABRICKS_AIR_HOME": str(tmp_path / "air-home"),
             "PYTHONUNBUFFERED": "1",
+            # The reader of /home/me: a page that shows a user name (air list) shows the same on every machine.
+            "USER": "me",
+            "LOGNAME": "me",
             "RAY_TMPDIR": ray_directory,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
