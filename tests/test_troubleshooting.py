@@ -18,7 +18,7 @@ from typing import Callable, Iterator, List
 import pytest
 
 from docs_blocks import read_page
-from docs_output import _line_matches, masked
+from docs_output import line_matches, masked
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "troubleshooting.md"
 CHECKED_HERE = "checked against what the library raises by tests/test_troubleshooting.py"
@@ -30,7 +30,8 @@ def _section_lines(heading: str) -> List[str]:
     start = text.index(f"\n### {heading}\n")
     heading_line = text.count("\n", 0, start) + 2
     block = next(b for b in read_page(PAGE).blocks if b.language == "text" and b.line > heading_line)
-    assert (block.not_checked_reason or "").startswith(CHECKED_HERE), f"the block under {heading!r} says how it is checked"
+    reason = block.not_checked_reason or ""
+    assert reason.startswith(CHECKED_HERE), f"the block under {heading!r} should say that this test checks it"
     return masked(block.code)
 
 
@@ -109,7 +110,8 @@ CASES = {
     "decorated twice": ("The function is already decorated", lambda mp, _: _decorate_twice),
     "called directly": ("Calling the decorated function directly", lambda mp, _: lambda: _decorated()(3)),
     "missing argument": ("The arguments do not fit the function", lambda mp, _: lambda: _decorated().distributed()),
-    "too many arguments": ("The arguments do not fit the function", lambda mp, _: lambda: _decorated().distributed(1, 2)),
+    "too many arguments": ("The arguments do not fit the function",
+                           lambda mp, _: lambda: _decorated().distributed(1, 2)),
     "MASTER_PORT busy": ("`MASTER_PORT` is busy or malformed", _busy_port),
     "MASTER_PORT http": ("`MASTER_PORT` is busy or malformed", lambda mp, _: _call_with(mp, "MASTER_PORT", "http")),
     "start method": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
@@ -169,7 +171,7 @@ def test_the_page_quotes_the_message(case: str, environment: pytest.MonkeyPatch,
         # The page's taken port is 29500, this test's whichever was free.
         message = re.sub(rf"\b{listener.getsockname()[1]}\b", "29500", message)
         (line,) = masked(message)
-        assert any(_line_matches(expected, line) for expected in shown), (
+        assert any(line_matches(expected, line) for expected in shown), (
             f"docs/troubleshooting.md, under {heading!r}, does not show what the library says:\n  {line}\n"
             "the page shows:\n" + "\n".join(f"  {expected}" for expected in shown)
         )
