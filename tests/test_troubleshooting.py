@@ -118,6 +118,8 @@ CASES = {
         mp, "DATABRICKS_AIR_START_METHOD", "forkserver")),
     "grace": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
         mp, "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "soon")),
+    "torch's barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "torch")),
+    "the helpers' barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "utils")),
     "RANK one": ("A torchrun variable is not an integer, or disagrees with the process group",
                  lambda mp, _: _with_rank(mp, "one")),
     "device tpu": ("`initialize_dist()` refuses a device", lambda mp, _: _initialize_dist("tpu")),
@@ -125,6 +127,18 @@ CASES = {
     "remote without count": ("The cluster cannot hold the ranks", lambda mp, _: _distributed(
         remote=True, accelerator_type="CPU")),
 }
+
+
+def _barrier(monkeypatch: pytest.MonkeyPatch, whose: str) -> Callable[[], object]:
+    """A barrier outside any process group, in a process that says it is one of 2 ranks."""
+    import torch.distributed
+
+    from databricks.air import utils
+
+    if torch.distributed.is_initialized():
+        pytest.skip("an earlier test of this process left a process group")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    return torch.distributed.barrier if whose == "torch" else utils.barrier
 
 
 def _initialize_dist(device: str) -> Callable[[], object]:
