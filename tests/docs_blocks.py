@@ -6,7 +6,9 @@ Convention (enforced by ``tests/test_docs.py``):
 * ```` ```bash ```` blocks are executed with ``bash -e``, in the same working directory, in page order;
 * ```` ```text ```` blocks show output and are never executed; one that follows an executed block (nothing but
   blank lines between) shows that block's output, and the tests compare the two (``tests/docs_output.py``) unless
-  the line before it is ``<!-- not-checked: <reason> -->``;
+  the line before it is ``<!-- not-checked: <reason> -->``. Any other ```` ```text ```` block (after prose, or
+  after a block that does not run) is checked by nothing, so it must say why on the line before it:
+  ``<!-- not-checked: <reason> -->``; otherwise put it right after the code that prints it;
 * any block preceded by a line ``<!-- not-run: <reason> -->`` (blank lines may separate them) is not executed;
   the reason is required;
 * a line ``<!-- requires: module, module -->`` anywhere on a page names optional packages its blocks import: the
@@ -134,12 +136,16 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
                 problems.append(f"{where}: the marker on line {marker_line} needs a reason: <!-- {kind}: {why} -->")
             elif kind == "not-run":
                 block.not_run_reason = reason
-            elif block.output_of is None:
-                problems.append(
-                    f"{where}: not-checked (line {marker_line}) marks a ```text block right after an executed block"
-                )
+            elif language not in SHOWN:
+                problems.append(f"{where}: not-checked (line {marker_line}) marks a ```text block, not this one")
             else:
                 block.not_checked_reason = reason
+        if language in SHOWN and block.output_of is None and block.not_checked_reason is None:
+            after = "a block that does not run" if blocks and not prose_since_block else "prose"
+            problems.append(
+                f"{where} follows {after}, so no run checks it: put it right after the code that prints it, "
+                "or say why it cannot be on the line before it: <!-- not-checked: <reason> -->"
+            )
         if block.not_run_reason is None and block.language not in EXECUTED + SHOWN:
             if not any(problem.startswith(where) for problem in problems):
                 problems.append(

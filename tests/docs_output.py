@@ -11,7 +11,8 @@ compares the two after masking what changes from run to run on both sides:
 Numbers are not masked, so a page cannot show losses the code does not produce. Where a value really varies,
 write ``...`` for it: within a line ``...`` matches any text, and a line that is only ``...`` matches any number of
 lines. A block whose output cannot be shown faithfully (ranks racing each other, say) says why on the line before
-it: ``<!-- not-checked: reason -->``.
+it: ``<!-- not-checked: reason -->``; so does every ```` ```text ```` block that follows prose rather than code
+(``tests/docs_blocks.py`` reports one that does not).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def masked(text: str) -> List[str]:
     return lines
 
 
-def _line_matches(expected: str, actual: str) -> bool:
+def line_matches(expected: str, actual: str) -> bool:
+    """Whether one masked line of a page shows ``actual``: equal, or with each ``...`` standing for any text."""
     if "..." not in expected:
         return expected == actual
     pattern = ".*".join(re.escape(part) for part in expected.split("..."))
@@ -60,7 +62,7 @@ def _matches(expected: Sequence[str], actual: Sequence[str]) -> bool:
         return not actual
     if expected[0] == "...":
         return any(_matches(expected[1:], actual[skip:]) for skip in range(len(actual) + 1))
-    return bool(actual) and _line_matches(expected[0], actual[0]) and _matches(expected[1:], actual[1:])
+    return bool(actual) and line_matches(expected[0], actual[0]) and _matches(expected[1:], actual[1:])
 
 
 def mismatch(expected: str, actual: str) -> Optional[str]:

@@ -3,8 +3,9 @@
 Runs each page as ``tests/test_docs.py`` does, and replaces every ```` ```text ```` block that does not match the
 output of the block before it (``tests/docs_output.py``) with what that block printed, the run's folders written as
 a reader's would be: the page's working directory as ``/home/me/project``, the log folder as
-``/tmp/databricks-air-logs``, ``air``'s home as ``~/.air``. Review the result with ``git diff``: a block whose output
-varies between runs needs ``...`` or a ``<!-- not-checked: reason -->`` marker instead.
+``/tmp/databricks-air-logs``, ``air``'s home as ``/home/me/.air`` (what ``~/.air`` is when printed). Review the
+result with ``git diff``: a block whose output varies between runs needs ``...`` or a ``<!-- not-checked: reason -->``
+marker instead.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def update(page: Path) -> int:
             raise SystemExit(f"{page}: a block failed\n\n{done.stdout[-6000:]}")
         outputs = block_outputs(done.stdout)
         readers = [(str(scratch / "work"), "/home/me/project"), (str(scratch / "databricks-air-logs"),
-                   "/tmp/databricks-air-logs"), (str(scratch / "air-home"), "~/.air")]
+                   "/tmp/databricks-air-logs"), (str(scratch / "air-home"), "/home/me/.air")]
         text = page.read_text(encoding="utf-8")
         rewritten = 0
         for block in parsed.blocks:

@@ -4,7 +4,8 @@
   API docstrings that do not parse are all errors).
 * ``test_blocks_follow_the_convention[page]``: every fenced block of every page under ``docs/`` and of
   ``README.md`` is ```` ```python ````/```` ```bash ```` (run), ```` ```text ```` (output), or marked
-  ``<!-- not-run: reason -->``.
+  ``<!-- not-run: reason -->``; a ```` ```text ```` block that does not follow an executed block (so no run
+  checks it) is marked ``<!-- not-checked: reason -->``.
 * ``test_page_examples_run[page]``: a page's python and bash blocks run, in page order, in one fresh process with
   its working directory a new temporary folder, CPU ranks and no MLflow tracking (a page may turn it on); skipped
   where a package the page requires (``<!-- requires: ... -->``) is not installed. Then each ```` ```text ```` block
@@ -50,18 +51,6 @@ def _page_id(path: Path) -> str:
 PAGES = _pages()
 RUNNABLE = [path for path in PAGES if read_page(path).executed_blocks]
 
-# Pages whose ```text output blocks are not compared with a run yet: each still shows output from before the check
-# existed. Remove a page from here once its blocks match (the test's diff says what the run printed).
-OUTPUT_NOT_YET_CHECKED = {
-    "docs/concepts/logs.md",
-    "docs/concepts/results-and-errors.md",
-    "docs/concepts/timeouts-and-interrupts.md",
-    "docs/data.md",
-    "docs/scaling.md",
-    "docs/troubleshooting.md",
-    "docs/workloads.md",
-}
-
 
 def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
     """What a page's code runs with: the test's environment, CPU ranks, no tracking, nothing of this test run.
@@ -85,6 +74,9 @@ def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
             # air run's registry, environments and secrets, rather than the user's ~/.air.
             "DATABRICKS_AIR_HOME": str(tmp_path / "air-home"),
             "PYTHONUNBUFFERED": "1",
+            # The reader of /home/me: a page that shows a user name (air list) shows the same on every machine.
+            "USER": "me",
+            "LOGNAME": "me",
             "RAY_TMPDIR": ray_directory,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
@@ -173,14 +165,8 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     shutil.rmtree(ray_directory, ignore_errors=True)
     failed = [line for line in done.stdout.splitlines() if " FAILED: " in line]
     assert done.returncode == 0, f"{failed[0] if failed else _page_id(page)}\n\n{_tail(done.stdout)}"
-    if _page_id(page) in OUTPUT_NOT_YET_CHECKED:
-        return
     wrong = _wrong_outputs(parsed, block_outputs(done.stdout))
     assert not wrong, f"{_page_id(page)}: ```text blocks that do not show what ran:\n\n" + "\n\n".join(wrong)
-
-
-def test_pages_not_yet_checked_exist() -> None:
-    assert OUTPUT_NOT_YET_CHECKED <= {_page_id(page) for page in RUNNABLE}
 
 
 def _wrong_outputs(parsed, outputs: Dict[int, str]) -> List[str]:
@@ -247,7 +233,7 @@ def test_marker_without_reason_is_reported(marker: str) -> None:
 
 
 def test_marker_at_the_end_of_a_page_is_reported() -> None:
-    (problem,) = _problems("```text\nout\n```\n\n<!-- not-run: nothing follows -->\n")
+    (problem,) = _problems("```python\nx = 1\n```\n\n<!-- not-run: nothing follows -->\n")
     assert "line 5 is not followed by a fenced block" in problem
 
 
@@ -433,7 +419,8 @@ def test_the_audit_finds_a_missing_docstring(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_text_block_right_after_an_executed_block_shows_its_output() -> None:
     page = parse_page(
-        "```python\nprint(1)\n```\n\n```text\n1\n```\n\nProse.\n\n```text\nnot an output\n```\n\n"
+        "```python\nprint(1)\n```\n\n```text\n1\n```\n\nProse.\n\n<!-- not-checked: quoted from a log -->\n"
+        "```text\nnot an output\n```\n\n"
         "```bash\necho 2\n```\n\n<!-- not-checked: ranks race -->\n```text\n2\n```\n"
     )
     assert page.problems == []
@@ -442,11 +429,26 @@ def test_a_text_block_right_after_an_executed_block_shows_its_output() -> None:
     assert page.blocks[4].not_checked_reason == "ranks race"
 
 
-def test_not_checked_marks_only_an_output_block() -> None:
-    (problem,) = _problems("Prose.\n\n<!-- not-checked: why -->\n```text\nx\n```\n")
-    assert "marks a ```text block right after an executed block" in problem
+def test_not_checked_marks_only_a_text_block() -> None:
+    (problem,) = _problems("Prose.\n\n<!-- not-checked: why -->\n```python\nx = 1\n```\n")
+    assert "block 1 (line 4, ```python): not-checked (line 3) marks a ```text block, not this one" in problem
     (problem,) = _problems("```python\nx = 1\n```\n<!-- not-checked -->\n```text\nx\n```\n")
     assert "needs a reason" in problem
+
+
+def test_a_text_block_that_no_run_checks_must_say_why() -> None:
+    # After prose: no block's output to compare it with.
+    (problem,) = _problems("# T\n\nThe error reads:\n\n```text\nValueError: boom\n```\n")
+    assert "block 1 (line 5, ```text) follows prose, so no run checks it" in problem
+    assert "<!-- not-checked: <reason> -->" in problem
+    # After a block that does not run: its output is not produced either.
+    text = "<!-- not-run: needs NVIDIA GPUs -->\n```python\nprint(1)\n```\n\n```text\n1\n```\n"
+    (problem,) = _problems(text)
+    assert "block 2 (line 6, ```text) follows a block that does not run" in problem
+    # Said why: accepted, and the reason is kept; after an executed block, no marker is needed.
+    marked = parse_page("Prose.\n\n<!-- not-checked: printed on a GPU machine -->\n```text\nGPU 0\n```\n")
+    assert marked.problems == [] and marked.blocks[0].not_checked_reason == "printed on a GPU machine"
+    assert _problems("```bash\necho 1\n```\n\n```text\n1\n```\n") == []
 
 
 def test_outputs_are_compared_with_what_varies_masked() -> None:
