@@ -228,3 +228,31 @@ def test_tracebacks_of_notebook_code_name_its_file_and_line(run_script) -> None:
     assert done.returncode == 0, done.stderr
     assert 'script.py", line 10, in train\n    check(value)' in done.stdout
     assert 'script.py", line 6, in check\n    raise OverflowError(f"value {value} too large")' in done.stdout
+
+
+def test_a_rank_that_returned_is_not_listed_where_the_stopped_ranks_were(tmp_path: Path) -> None:
+    """The failure snapshot may catch a rank on its way out; the report lists only ranks the launcher stopped."""
+    from databricks.air._engine import failures, hang_report
+    from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord
+    from databricks.air._engine.snapshot import RankSnapshot
+    from databricks.air._engine.stop_report import StopReport
+
+    logs = []
+    for rank in range(3):
+        logs.append(tmp_path / f"rank_{rank}.txt")
+        logs[-1].write_text("")
+    now = time.time()
+    outcomes = [
+        RankOutcome(0, 10, str(logs[0]), status=0, record=RankRecord(OutcomeKind.RETURNED, value=1), exited_at=now),
+        RankOutcome(1, 11, str(logs[1]), status=1, exited_at=now,
+                    record=RankRecord(OutcomeKind.RAISED, error_type="ValueError", message="boom")),
+        RankOutcome(2, 12, str(logs[2]), status=-15, stopped_at=now + 1, exited_at=now + 1),
+    ]
+    snapshots = {rank: RankSnapshot(rank, 10 + rank, now, threads=[], groups=None,
+                                    sources={"probe": "not listening", "stacks": "ok"}) for rank in (0, 2)}
+    views = [hang_report.RankView(rank, snapshot=snapshots[rank]) for rank in (0, 2)]
+    report = StopReport("failure", hang_report.build(views, now=now), None, snapshots)
+    message = str(failures.build_error(outcomes, "fit", str(tmp_path), stop_report=report))
+    where = message[message.index("When rank 1 failed, the other ranks were:"):]
+    assert "rank 2:" in where and "rank 0:" not in where
+    assert "rank 0: finished, exit code 0" in message

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+import pytest
+
 from databricks.air._engine.hang_report import RankView, build, is_user_file
 from databricks.air._engine.snapshot import Collective, Frame, GroupPosition, RankSnapshot, ThreadStack
 
@@ -13,7 +15,7 @@ TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.p
 
 def _snapshot(rank: int, frames: List[Frame], groups: Optional[List[GroupPosition]]) -> RankSnapshot:
     return RankSnapshot(rank, 100 + rank, NOW, threads=[ThreadStack("MainThread", True, frames)], groups=groups,
-                        sources={"probe": "ok" if groups is not None else "no answer", "stacks": "ok"})
+                        sources={"probe": "ok" if groups is not None else "no answer within 2.0 s", "stacks": "ok"})
 
 
 def _default(enqueued: int, completed: int, op: str = "all_reduce", sizes: Optional[list] = None,
@@ -102,6 +104,20 @@ def test_a_rank_that_does_not_answer_its_probe_is_still_placed_by_its_stack() ->
     assert report.suspects == [1]
     assert "not answering its probe (holding the GIL?)" in report.table[1]
     assert "is in re.match at /home/me/project/train.py:13" in report.verdict
+
+
+@pytest.mark.parametrize("probe, stacks, said", [
+    ("not listening (the rank had not started its function, or had ended)", "ok",
+     "starting or ending (its probe was not listening)"),
+    ("the rank ended while it was asked", "ok", "ending (it exited while it was looked at)"),
+    ("not listening (the rank had not started its function, or had ended)", "the rank had already exited",
+     "ending (it exited while it was looked at)"),
+])
+def test_a_probe_that_gave_nothing_is_not_taken_for_a_rank_holding_the_gil(probe: str, stacks: str, said: str) -> None:
+    quiet = RankSnapshot(1, 101, NOW, threads=[], groups=None, sources={"probe": probe, "stacks": stacks})
+    report = build([RankView(0, snapshot=_snapshot(0, _in_collective(), [_default(4, 3)])),
+                    RankView(1, snapshot=quiet)], now=NOW)
+    assert said in report.table[1] and "GIL" not in report.table[1]
 
 
 def test_user_files_are_neither_libraries_nor_this_package() -> None:

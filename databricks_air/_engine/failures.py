@@ -152,8 +152,14 @@ def build_error(
     if causes:
         sections.append(causes)
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
-    stopped = sorted(rank for rank in (stop_report.snapshots if stop_report is not None else {}) if rank not in failures)
-    if stop_report is not None and stopped:  # where the ranks the launcher stopped were (not those that failed too)
+    returned = {o.rank for o in outcomes if o.succeeded}
+    stopped = sorted(
+        rank for rank in (stop_report.snapshots if stop_report is not None else {})
+        if rank not in failures and rank not in returned
+    )
+    # Where the ranks the launcher stopped were: not those that failed too, nor those whose function returned (the
+    # snapshot may have caught one on its way out; the Ranks table says how it ended).
+    if stop_report is not None and stopped:
         sections.append(stop_report.table(f"When rank {root.rank} failed, the other ranks were:", stopped))
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)

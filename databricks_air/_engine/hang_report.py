@@ -156,11 +156,23 @@ def _state(view: RankView, now: float) -> str:
     if _in_rendezvous(snapshot):
         return "waiting in init_process_group (for the other ranks to join)"
     if snapshot.groups is None:
-        return "running, not answering its probe (holding the GIL?)"
+        return _unanswered(snapshot)
     done = sum(max(0, group.completed) for group in snapshot.groups)
     if snapshot.groups:
         return f"running its own code ({done} collective{'' if done == 1 else 's'} completed)"
     return "running its own code (no process group yet)"
+
+
+def _unanswered(snapshot: RankSnapshot) -> str:
+    """What a rank whose probe gave no collectives was doing, as far as the reason says."""
+    probe = snapshot.sources.get("probe", "")
+    if snapshot.sources.get("stacks") == "the rank had already exited" or probe.startswith("the rank ended"):
+        return "ending (it exited while it was looked at)"
+    if probe.startswith("not listening"):
+        return "starting or ending (its probe was not listening)"
+    if probe.startswith("no answer within"):
+        return "running, not answering its probe (holding the GIL?)"
+    return f"running (its probe: {probe})" if probe else "running (no answer from its probe)"
 
 
 def _where(view: RankView, place: Optional[Frame]) -> str:
