@@ -164,7 +164,7 @@ def box(title: str, lines: Sequence[str]) -> str:
     limit = max(40, shutil.get_terminal_size((120, 24)).columns - 4)
     shown = [line if len(line) <= limit else line[: limit - 1] + "…" for line in lines] or [""]
     width = max(len(title) + 2, *(len(line) for line in shown))
-    top = f"╭─ {title} " + "─" * (width - len(title) - 2) + "╮"
+    top = f"╭─ {title} " + "─" * (width - len(title) - 1) + "╮"
     body = [f"│ {line.ljust(width)} │" for line in shown]
     return "\n".join([top, *body, "╰" + "─" * (width + 2) + "╯"])
 
