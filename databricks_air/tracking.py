@@ -239,8 +239,13 @@ class CallRun:
             self._close(status, log_dir, failure)
 
     def _close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
-        if self._metrics_writer is not None:
-            self._metrics_writer.close()
+        try:
+            if self._metrics_writer is not None:
+                self._metrics_writer.close()  # the ranks' last points, before the run ends
+        finally:
+            self._close_after_metrics(status, log_dir, failure)
+
+    def _close_after_metrics(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
         if self._uploader is not None:
             self._uploader.stop()
         if self._monitor is not None:
