@@ -61,7 +61,8 @@ class MetricsWriter:
         self._folder = tempfile.mkdtemp(prefix="air-metrics-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp")
         self.address = os.path.join(self._folder, "socket")
         self.authkey = secrets.token_hex(16)
-        self._listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey.encode())
+        # every rank of a call connects at about the same time: room for them all in the backlog
+        self._listener = Listener(self.address, family="AF_UNIX", backlog=64, authkey=self.authkey.encode())
         self._waiting: List[_Batch] = []  # received, not yet written
         self._points = 0
         self._now = False  # a rank flushes: write what waits without holding it
@@ -124,26 +125,31 @@ class MetricsWriter:
                     run_id, points, now = pickle.loads(connection.recv_bytes())
                 except (EOFError, OSError):
                     return  # the rank ended
-                answer = OK
-                if run_id != self.run_id:
-                    answer = FAILED + f"this call writes run {self.run_id}, not {run_id}".encode()
-                else:
-                    batch = _Batch([Metric(key, value, timestamp, step) for key, value, timestamp, step in points], now)
-                    with self._changed:
-                        if self._closed:
-                            answer = FAILED + b"the call has ended; the rank writes its metrics itself"
-                        else:
-                            self._waiting.append(batch)
-                            self._points += len(batch.metrics)
-                            self._now |= now
-                            self._changed.notify_all()
-                    if now and answer == OK:
-                        batch.done.wait()
-                        answer = batch.answer
+                try:
+                    answer = self._take(run_id, [Metric(k, v, t, s) for k, v, t, s in points], now)
+                except Exception as error:  # noqa: BLE001 - said to the rank, which keeps its batch
+                    answer = FAILED + f"{type(error).__name__}: {error}".encode(errors="replace")
                 try:
                     connection.send_bytes(answer)
                 except OSError:
                     return
+
+    def _take(self, run_id: str, metrics: List[Any], now: bool) -> bytes:
+        """Queue one rank's batch for writing; the answer for the rank (for ``now``, once it is written)."""
+        if run_id != self.run_id:
+            return FAILED + f"this call writes run {self.run_id}, not {run_id}".encode()
+        batch = _Batch(metrics, now)
+        with self._changed:
+            if self._closed:
+                return FAILED + b"the call has ended; the rank writes its metrics itself"
+            self._waiting.append(batch)
+            self._points += len(batch.metrics)
+            self._now |= now
+            self._changed.notify_all()
+        if not now:
+            return OK
+        batch.done.wait()
+        return batch.answer
 
     # --- writing ------------------------------------------------------------------------------------------------
 

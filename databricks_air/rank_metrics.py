@@ -22,8 +22,10 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _BUFFERING = "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"
 BATCH = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
@@ -48,7 +50,7 @@ class MetricBuffer:
         self._write = write
         self._interval = buffering_seconds() if interval is None else interval
         self._points: Deque[_Point] = collections.deque()
-        self._future: "Future[None]" = Future()  # the batch the next point joins
+        self._future = _new_future()  # the batch the next point joins
         self._wake = threading.Event()
         self._flushes = threading.Condition()
         self._asked = 0  # flushes asked for; the thread has answered the first `_answered` of them
@@ -120,7 +122,7 @@ class MetricBuffer:
                     self._say(error)
             return 0
         self._held_elsewhere = self._held_elsewhere or not now
-        self._future = Future()  # points queued from now on join the next batch
+        self._future = _new_future()  # points queued from now on join the next batch
         written: set = set()
         while self._points:
             batch = [self._points.popleft() for _ in range(min(BATCH, len(self._points)))]
@@ -163,6 +165,14 @@ class MetricBuffer:
                 file=sys.stderr,
             )
         self._failed_before = True
+
+
+def _new_future() -> "Future[None]":
+    # Imported here, not at the top: the caller imports this module, and a script's own concurrent.py in its folder
+    # must not be imported before any rank starts (tests/test_lifecycle.py).
+    from concurrent.futures import Future
+
+    return Future()
 
 
 def write_locked_again(write: Callable[[], Any]) -> Any:

@@ -73,11 +73,12 @@ def test_a_flush_is_answered_once_everything_before_it_is_written(writer: Metric
     assert store.steps == [0, 1, 2, 3, 4]
 
 
-def test_what_waits_is_written_when_the_call_ends(store: Store) -> None:
+def test_what_waits_is_written_when_the_call_ends(store: Store, capfd: pytest.CaptureFixture) -> None:
     writer = MetricsWriter("run", store.write, hold=60)
-    sender(writer, [])("run", points(0, 7))
+    here: List[Any] = []
+    sender(writer, here)("run", points(0, 7))
     writer.close()
-    assert store.steps == list(range(7))
+    assert store.steps == list(range(7)), (here, capfd.readouterr().err)
 
 
 def test_a_held_batch_the_store_refuses_is_kept_and_written_at_the_next_try(
@@ -120,3 +121,14 @@ def test_a_rank_that_cannot_reach_the_writer_writes_itself(tmp_path: Any, capfd:
     rank("run", points(2, 1))
     assert [metric.step for metric in here] == [0, 1, 2]
     assert capfd.readouterr().err.count("cannot be reached") == 1
+
+
+def test_many_ranks_connecting_at_once_are_all_served(writer: MetricsWriter, store: Store) -> None:
+    here: List[Any] = []
+    ranks = [sender(writer, here) for _ in range(16)]
+    threads = [threading.Thread(target=rank, args=("run", points(100 * r, 3), True)) for r, rank in enumerate(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert here == [] and len(store.steps) == 48  # none wrote its points itself

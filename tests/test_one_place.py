@@ -21,7 +21,8 @@ PACKAGE = ROOT / "databricks_air"
 SOURCES = [PACKAGE, ROOT / "serverless_gpu", ROOT / "codemods"]
 OUR_VARIABLE = re.compile(r"DATABRICKS_(AIR|INTERNAL)_[A-Z_]+")
 BOOKKEEPING = {  # not for users to set
-    _variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED, _variables.RANK_HOOKS, _variables.RUN_SNAPSHOT
+    _variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED, _variables.RANK_HOOKS, _variables.RUN_SNAPSHOT,
+    _variables.METRICS_ADDRESS, _variables.METRICS_KEY,
 }
 
 
