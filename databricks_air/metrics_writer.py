@@ -38,7 +38,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from databricks.air import _variables
 from databricks.air.rank_metrics import BATCH as _BATCH
-from databricks.air.rank_metrics import buffering_seconds, write_locked_again
+from databricks.air.rank_metrics import attempt, buffering_seconds
 
 _RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
 
@@ -180,7 +180,7 @@ class MetricsWriter:
         kept: List[_Batch] = []
         for chunk in _chunks(batches):
             metrics = [metric for batch in chunk for metric in batch.metrics]
-            error = _attempt(lambda: self._write(self.run_id, metrics), attempts) if metrics else None
+            error = attempt(lambda: self._write(self.run_id, metrics), attempts) if metrics else None
             if error is None:
                 self._failed_before = False
             elif not self._failed_before:  # once per outage
@@ -208,19 +208,6 @@ class MetricsWriter:
             return None
         due = self._retry_at if self._points >= _BATCH else max(self._retry_at, self._waiting[0].received + self._hold)
         return max(0.01, due - time.monotonic())
-
-
-def _attempt(write: Callable[[], Any], attempts: int) -> Optional[BaseException]:
-    error: Optional[BaseException] = None
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(1.0)
-        try:
-            write_locked_again(write)
-            return None
-        except Exception as failure:  # noqa: BLE001 - kept and reported
-            error = failure
-    return error
 
 
 class _Batch:

@@ -108,8 +108,8 @@ class MetricBuffer:
                 self._answered = max(self._answered, asked)
                 self._flushes.notify_all()
 
-    def _write_queued(self, attempts: int, now: bool = True) -> int:
-        """Write what is queued, in batches; the count of points that stay queued after a failure.
+    def _write_queued(self, attempts: int, now: bool = True) -> None:
+        """Write what is queued, in batches, up to the first that fails (it and the rest stay queued).
 
         ``now``: a flush waits. Batches handed over without it may still be held by the call's writer: an empty
         batch with ``now`` makes it write them, even when nothing is queued here.
@@ -120,7 +120,7 @@ class MetricBuffer:
                 self._held_elsewhere = error is not None
                 if error is not None:
                     self._say(error)
-            return 0
+            return
         self._held_elsewhere = self._held_elsewhere or not now
         self._future = _new_future()  # points queued from now on join the next batch
         written: set = set()
@@ -131,13 +131,12 @@ class MetricBuffer:
                 self._points.extendleft(reversed(batch))  # kept, in order, for the next flush
                 self._done(written - {future for _, future in self._points})
                 self._say(error)
-                return len(self._points)
+                return
             written.update(future for _, future in batch)
         self._done(written)
         self._failed_before = False
         if now:
             self._held_elsewhere = False
-        return 0
 
     @staticmethod
     def _done(futures: set) -> None:
@@ -146,16 +145,7 @@ class MetricBuffer:
                 future.set_result(None)
 
     def _write_batch(self, metrics: List[Any], attempts: int, now: bool) -> Optional[BaseException]:
-        error: Optional[BaseException] = None
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(1.0)
-            try:
-                write_locked_again(lambda: self._write(self.run_id, metrics, now))
-                return None
-            except Exception as failure:  # noqa: BLE001 - kept and reported, the rank goes on training
-                error = failure
-        return error
+        return attempt(lambda: self._write(self.run_id, metrics, now), attempts)
 
     def _say(self, error: BaseException) -> None:
         if not self._failed_before:  # once per outage, not once a second
@@ -173,6 +163,21 @@ def _new_future() -> "Future[None]":
     from concurrent.futures import Future
 
     return Future()
+
+
+def attempt(write: Callable[[], Any], attempts: int) -> Optional[BaseException]:
+    """Call ``write`` up to ``attempts`` times, a second apart (each also again while SQLite's file is locked); the
+    last error, or ``None`` once it succeeded. Errors are kept and reported by the caller, not raised."""
+    error: Optional[BaseException] = None
+    for number in range(attempts):
+        if number:
+            time.sleep(1.0)
+        try:
+            write_locked_again(write)
+            return None
+        except Exception as failure:  # noqa: BLE001 - kept and reported
+            error = failure
+    return error
 
 
 def write_locked_again(write: Callable[[], Any]) -> Any:

@@ -131,9 +131,9 @@ class CallRun:
         (:meth:`rank_environ`), tracking's rank side (:mod:`databricks.air.rank_tracking`) as a rank hook, and
         MLflow settings the caller left unset:
 
-        * ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: each rank writes its queued metrics in one batch a second
-          (:mod:`databricks.air.rank_metrics`; MLflow's asynchronous logging too, where a rank uses it), not one
-          per point;
+        * ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: each rank hands its queued metrics on once a second
+          (:mod:`databricks.air.rank_metrics`, to the call's writer when :meth:`start_metrics_writer` started one;
+          MLflow's asynchronous logging batches alike, where a rank uses it), not one per point;
         * ``MLFLOW_REGISTRY_URI``: the caller's registry; left unset, MLflow looks for a Spark session (a failed
           ``import pyspark`` of about 1 ms) in every fluent call, which is most of what ``log_metric`` costs.
         """
