@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import pickle
 import secrets
+import socket
 import sys
 import tempfile
 import threading
@@ -89,10 +90,7 @@ class MetricsWriter:
             self._closed = True
             self._changed.notify_all()
         self._writing.join()
-        try:
-            Client(self.address, family="AF_UNIX", authkey=self.authkey.encode()).close()  # wakes accept()
-        except OSError:
-            pass
+        self._wake_accept()
         self._accepting.join(10)
         self._listener.close()  # removes the socket file
         try:
@@ -102,13 +100,28 @@ class MetricsWriter:
 
     # --- receiving ----------------------------------------------------------------------------------------------
 
+    def _wake_accept(self) -> None:
+        """End the accepting thread's ``accept()``: a plain connection that hangs up before the handshake.
+
+        Not a ``Client``: that waits for the handshake, and would wait for ever if the thread had already gone.
+        """
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+                wake.settimeout(5)
+                wake.connect(self.address)
+        except OSError:
+            pass
+
     def _accept(self) -> None:
-        while not self._closed:
+        # Only close() ends this loop, through its wake-up connection: a loop that tested ``_closed`` before each
+        # accept() could end between a rank's connection and close(), and leave the wake-up unanswered.
+        while True:
             try:
                 connection = self._listener.accept()
-            except (OSError, EOFError):  # closed, or a process that did not know the key
+            except Exception:  # noqa: BLE001 - closed, close()'s wake-up, or a process that did not know the key
                 if self._closed:
                     return
+                time.sleep(0.01)  # an error that lasts (no file descriptors left) does not spin a core
                 continue
             if self._closed:
                 connection.close()

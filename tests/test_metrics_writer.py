@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from multiprocessing.connection import Client
 from typing import Any, Iterator, List, Tuple
 
 import pytest
@@ -132,3 +133,28 @@ def test_many_ranks_connecting_at_once_are_all_served(writer: MetricsWriter, sto
     for thread in threads:
         thread.join()
     assert here == [] and len(store.steps) == 48  # none wrote its points itself
+
+
+def test_close_returns_when_the_accepting_thread_has_already_ended(store: Store) -> None:
+    """The race that hung CI once: the accepting thread saw the call end between a rank's connection and close()'s
+    wake-up, and close() waited for ever for a handshake nobody would start."""
+    writer = MetricsWriter("run", store.write, hold=60)
+    real = writer._listener
+
+    class LateListener:  # returns the rank's connection only once close() has begun: the thread then ends
+        def accept(self) -> Any:
+            connection = real.accept()
+            while not writer._closed:
+                time.sleep(0.01)
+            return connection
+
+        def close(self) -> None:
+            real.close()
+
+    writer._listener = LateListener()  # type: ignore[assignment]
+    rank = Client(writer.address, family="AF_UNIX", authkey=writer.authkey.encode())  # connected, sends nothing
+    closing = threading.Thread(target=writer.close, daemon=True)
+    closing.start()
+    closing.join(20)
+    assert not closing.is_alive(), "close() waits for a handshake nobody starts"
+    rank.close()
