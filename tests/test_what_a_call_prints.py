@@ -141,3 +141,25 @@ def test_an_interrupt_while_the_store_is_made_is_one_clean_line(tmp_path, monkey
     shown = "".join(traceback.format_exception(caught.value))
     assert "mlflow" not in shown.replace(str(caught.value), "") and "tracking.py" not in shown
     assert call.last_log_dir is None  # no rank was started
+
+
+def test_a_return_value_that_cannot_be_pickled_is_said_once_and_kept_in_the_log(run_script, tmp_path) -> None:
+    done = run_script(
+        """
+        import threading
+        from databricks.air import distributed
+
+        @distributed(accelerator_type="CPU", num_accelerators=2, timeout=60)
+        def returns_a_lock():
+            return threading.Lock()
+
+        returns_a_lock.distributed()
+        """,
+        env={"DATABRICKS_AIR_MLFLOW": "0", "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")},
+    )
+    assert done.returncode == 1
+    printed = done.stdout + done.stderr
+    assert printed.count("cannot pickle '_thread.lock' object") == 1, printed  # the report's headline only
+    assert "SerializationError: returns_a_lock: the return value of rank " in printed
+    log = next((tmp_path / "logs").glob("*-returns_a_lock-*")) / "rank_0.txt"
+    assert "the return value of rank 0 (a _thread.lock) cannot be pickled" in log.read_text()

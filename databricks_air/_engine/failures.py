@@ -189,17 +189,24 @@ def _frames_only(traceback_text: str, record: Optional[RankRecord]) -> str:
 
 
 def keep_tracebacks_in_logs(outcomes: Iterable[RankOutcome]) -> None:
-    """Append each rank's traceback to its log (``rank_<r>.txt``), where a user reading the file expects it.
+    """Append each rank's traceback to its log (``rank_<r>.txt``), where a user reading the file expects it, and
+    the reason a return value could not come back.
 
-    A rank does not print its own traceback: the caller's report shows it once; written to the live output too, it
-    would be read twice (three times with the log's tail)."""
+    A rank does not print either: the caller's report shows it once; written to the live output too, it would be
+    read twice (three times with the log's tail)."""
     for outcome in outcomes:
         record = outcome.record
-        if record is None or outcome.kind is not OutcomeKind.RAISED or not record.traceback:
+        if record is None:
+            continue
+        if outcome.kind is OutcomeKind.RAISED and record.traceback:
+            text = record.traceback
+        elif outcome.kind is OutcomeKind.UNPICKLABLE_RESULT and record.message:
+            text = f"databricks.air: {record.message}"
+        else:
             continue
         try:
             with open(outcome.log_path, "a", encoding="utf-8", errors="replace") as log:
-                log.write(record.traceback if record.traceback.endswith("\n") else record.traceback + "\n")
+                log.write(text if text.endswith("\n") else text + "\n")
         except OSError:
             pass  # the log is the user's to keep; a report without it is still whole
 

@@ -122,8 +122,7 @@ def run_function(files: CallFiles, rank: int) -> int:
                 error,
                 f"the return value of rank {rank} (a {type(value).__module__}.{type(value).__qualname__}) "
                 f"cannot be pickled: {error}",
-            )
-            sys.stderr.write(f"databricks.air: {record.message}\n")
+            )  # said in the caller's report, then appended to this rank's log (failures.keep_tracebacks_in_logs)
     write_value_file(record, files.result(rank))
     return 1
 
