@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from databricks.air._variables import BETA_NOTICE_SHOWN
@@ -24,8 +25,20 @@ __all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 
 logging.getLogger("databricks.sdk").setLevel(logging.WARNING)
 
-# Shown once per process tree: ranks inherit the variable, so they do not repeat it.
-if not os.environ.get(BETA_NOTICE_SHOWN):
+
+
+def _runs_as_a_command_of_ours() -> bool:
+    """``air`` (the console script) or ``python -m databricks.air...`` (its helpers: a run's supervisor, a node's
+    keeper): a command whose output is its own, not a program of the user's using this Beta API."""
+    if os.path.basename(sys.argv[0]) == "air":
+        return True
+    argv = list(getattr(sys, "orig_argv", ()))
+    return any(flag == "-m" and name.startswith("databricks.air") for flag, name in zip(argv, argv[1:]))
+
+
+# Shown once per process tree of the user's (ranks inherit the variable, so they do not repeat it), never by our
+# own commands: `air list` is not a use of the API, and a workload's script that imports it says so in its log.
+if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
     os.environ[BETA_NOTICE_SHOWN] = "1"
     logging.getLogger("databricks.air").warning(
         "databricks.air is in Beta: its API may still change between releases."

@@ -389,6 +389,22 @@ def test_the_beta_notice_is_logged_once_per_process_tree() -> None:
     assert "Beta" not in again.stderr
 
 
+@pytest.mark.parametrize("command", [["air"], [sys.executable, "-m", "databricks.air"]], ids=["air", "python -m"])
+def test_our_own_commands_give_no_beta_notice(command: list, tmp_path) -> None:
+    # `air list` is not a use of the Beta API: the notice is for programs that import it (a workload's script
+    # says it in its own log).
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"}
+    env["DATABRICKS_AIR_HOME"] = str(tmp_path)
+    if command == ["air"]:
+        command = [os.path.join(os.path.dirname(sys.executable), "air")]
+    done = subprocess.run([*command, "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Beta" not in done.stdout + done.stderr
+    assert done.stdout.startswith("No runs.")
+
+
 # --- the settings are resolved once ----------------------------------------------------------------------------------
 
 
