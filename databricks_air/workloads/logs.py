@@ -240,23 +240,40 @@ def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], mi
     yield LogEvent("STATUS", time.time(), node, current, status=shown[-1])
     while True:
         state = load_run(run.folder).state
+        later = not pinned and len(state.attempts) > current + 1  # a retry began: this attempt's log is whole
         ended = state.terminal or (pinned and len(state.attempts) > current + 1) or (
             pinned and state.attempts and state.attempts[current].get("ended_at") is not None)
-        yield from reader.read(final=ended or (not pinned and len(state.attempts) > current + 1),
-                               whole_lines=whole_lines)
         path = status_path(state)
-        for index in range(len(shown), len(path)):
-            # A poll may come after several changes (a retry that failed within one poll): each is reported.
-            yield LogEvent("STATUS", time.time(), node, current, status=path[index], previous_status=path[index - 1],
-                           message=state.message if index == len(path) - 1 else None)
-        shown = path
-        if ended:
-            return
-        if not pinned and len(state.attempts) > current + 1:
+        # A poll may come after several changes (a retry that failed within one poll): each is reported, in the
+        # order it happened. This attempt's lines were written after its RUNNING and before what came next (its
+        # retry's wait, the end): they go between the two. The next attempt's RUNNING waits for the next round.
+        running = min(len(path), _running_index(current) + 1)
+        upto = _running_index(current + 1) if later else len(path)
+        yield from _status_changes(path, len(shown), running, state, node, current)
+        if len(state.attempts) > current or ended:  # not before the state says the attempt began
+            yield from reader.read(final=ended or later, whole_lines=whole_lines)
+        yield from _status_changes(path, max(len(shown), running), upto, state, node, current)
+        shown = path[:max(len(shown), upto)]
+        if later:
             current += 1
             reader = _NodeReader(run, current, node, 0)
             continue
+        if ended:
+            return
         time.sleep(poll)
+
+
+def _running_index(attempt: int) -> int:
+    """Where attempt ``attempt``'s ``RUNNING`` is in a :func:`status_path`: after ``PENDING``, and after each earlier
+    attempt's ``RUNNING`` and ``WAITING_FOR_RETRY``."""
+    return 1 + 2 * attempt
+
+
+def _status_changes(path: List[str], start: int, stop: int, state: RunState, node: int,
+                    attempt: int) -> Iterator[LogEvent]:
+    for index in range(start, stop):
+        yield LogEvent("STATUS", time.time(), node, attempt, status=path[index], previous_status=path[index - 1],
+                       message=state.message if index == len(path) - 1 else None)
 
 
 def status_path(state: RunState) -> List[str]:

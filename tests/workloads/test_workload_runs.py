@@ -11,7 +11,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Dict
+from typing import Any, Dict
 
 import pytest
 
@@ -351,3 +351,49 @@ def test_options_of_the_ray_backend_are_checked_before_anything_is_recorded(tmp_
     nobody = air("run", "-f", str(path), "--backend", "ray", "--address", "http://127.0.0.1:9")
     assert nobody.returncode != 0 and "no Ray dashboard answers at http://127.0.0.1:9" in nobody.stderr
     assert envelope(air("list", "--all-status", "-o", "json"))["data"]["runs"] == []
+
+
+def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short run can start, print and end between two polls of `air run --watch`: what a poll finds is still shown
+    # in the order it happened (RUNNING, the attempt's lines, its retry's wait, the next attempt...), never a line
+    # before the RUNNING that preceded it.
+    from types import SimpleNamespace
+
+    from databricks.air.workloads import logs
+    from databricks.air.workloads.run_state import RunState
+
+    class Folder:
+        def node_log(self, attempt: int, node: int) -> str:
+            return str(tmp_path / f"attempt_{attempt}.log")
+
+        def node_times(self, attempt: int, node: int) -> str:
+            return str(tmp_path / f"attempt_{attempt}.times")
+
+    def state(status: str, attempts: int) -> RunState:
+        return RunState(run_id=1, status=status, submitted_at=0.0, attempts=[{}] * attempts)
+
+    def write(attempt: int, text: str) -> None:
+        with open(Folder().node_log(attempt, 0), "a") as log:
+            log.write(text)
+
+    polls = iter([
+        # each poll: what happened since the one before, then the state it reads
+        (lambda: write(0, "attempt 0 line 1\n"), state("RUNNING", 1)),
+        (lambda: write(0, "attempt 0 line 2\n"), state("WAITING_FOR_RETRY", 1)),
+        (lambda: (write(0, "attempt 0 ends\n"), write(1, "attempt 1 line 1\n")), state("SUCCESS", 2)),
+    ])
+
+    last = state("SUCCESS", 2)
+
+    def load_run(folder: Any) -> Any:
+        happened, now = next(polls, (lambda: None, last))  # after the end: nothing more happens
+        happened()
+        return SimpleNamespace(state=now)
+
+    monkeypatch.setattr(logs, "load_run", load_run)
+    run = SimpleNamespace(folder=Folder(), state=state("PENDING", 0))
+    shown = [item.status if item.type == "STATUS" else item.data.decode().strip()
+             for item in logs._follow(run, 0, None, None, None, True, 0.0)]
+    assert shown == ["PENDING", "RUNNING", "attempt 0 line 1", "attempt 0 line 2", "WAITING_FOR_RETRY",
+                     "attempt 0 ends", "RUNNING", "attempt 1 line 1", "SUCCESS"]
