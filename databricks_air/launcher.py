@@ -25,7 +25,7 @@ import os
 import sys
 import time
 import types
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from databricks.air import _log_folders as log_folders
 from databricks.air import _variables, payload, tracking, validation
@@ -183,6 +183,8 @@ class DistributedFunction:
     def _call(self, bound: inspect.BoundArguments) -> List[Any]:
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
+        settings = _settings_from(environ)  # a bad setting says so before anything is printed, made or recorded
+        engine.check(environ, settings["start_method"], self.remote)
         try:
             function_bytes = payload.serialize_function(self.func)
             argument_bytes = payload.serialize_arguments(self.func, bound)
@@ -216,7 +218,7 @@ class DistributedFunction:
                 run.start_log_uploads(log_dir)
                 if not self.remote:  # this node's metrics say nothing of ranks on other machines
                     run.start_system_metrics()
-            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run)
+            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run, settings)
         except KeyboardInterrupt:
             status = "KILLED"
             raise
@@ -249,6 +251,7 @@ class DistributedFunction:
         environ: Dict[str, str],
         log_dir: str,
         run: Optional[tracking.CallRun],
+        settings: Dict[str, Any],
     ) -> List[Any]:
         launch = engine.Launch(
             name=name,
@@ -262,11 +265,7 @@ class DistributedFunction:
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
-            show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
-            start_method=os.environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
-            grace_period=_seconds(_variables.TERMINATE_GRACE_SECONDS, 3.0),
-            snapshot_seconds=_seconds(_variables.SNAPSHOT_SECONDS, 5.0),
-            stall_seconds=_seconds(_variables.STALL_SECONDS, 600.0),
+            **settings,
             on_report=run.keep_snapshot if run is not None else None,
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
@@ -330,13 +329,26 @@ def _timeout_note(timeout: Optional[float]) -> str:
     )
 
 
-def _seconds(variable: str, default: float) -> float:
+def _settings_from(environ: Mapping[str, str]) -> Dict[str, Any]:
+    """The engine's settings that the environment gives (``DATABRICKS_AIR_START_METHOD``...), read once per call."""
+    return dict(
+        show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
+        start_method=environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
+        grace_period=_seconds(environ, _variables.TERMINATE_GRACE_SECONDS, 3.0),
+        snapshot_seconds=_seconds(environ, _variables.SNAPSHOT_SECONDS, 5.0),
+        stall_seconds=_seconds(environ, _variables.STALL_SECONDS, 600.0),
+    )
+
+
+def _seconds(environ: Mapping[str, str], variable: str, default: float) -> float:
     """A number of seconds from the environment (``default`` when unset)."""
-    value = os.environ.get(variable, "")
+    value = environ.get(variable, "")
     try:
         return max(0.0, float(value)) if value else default
     except ValueError:
-        raise RuntimeConfigurationError(f"{variable} must be a number of seconds, not {value!r}") from None
+        raise RuntimeConfigurationError(
+            f"{variable} must be a number of seconds, not {value!r}; unset it for the default, {default:g} s"
+        ) from None
 
 
 def build(

@@ -163,3 +163,17 @@ def test_a_return_value_that_cannot_be_pickled_is_said_once_and_kept_in_the_log(
     assert "SerializationError: returns_a_lock: the return value of rank " in printed
     log = next((tmp_path / "logs").glob("*-returns_a_lock-*")) / "rank_0.txt"
     assert "the return value of rank 0 (a _thread.lock) cannot be pickled" in log.read_text()
+
+
+@pytest.mark.parametrize("variable, value", [("DATABRICKS_AIR_START_METHOD", "forkserver"), ("MASTER_PORT", "http"),
+                                             ("DATABRICKS_AIR_STALL_SECONDS", "soon")])
+def test_a_bad_setting_is_the_only_thing_said(run_script, tracked: dict, tmp_path, variable: str, value: str) -> None:
+    # Before anything is printed, made or recorded: no "running ... on 2 CPU rank(s)", no "failed after", no log
+    # folder, no MLflow run for a call that never started.
+    done = run_script(TWO_CALLS, env={**tracked, variable: value})
+    assert done.returncode == 1
+    printed = done.stdout + done.stderr
+    assert f"RuntimeConfigurationError: {variable} must be " in printed and "; unset it " in printed
+    assert [line for line in printed.splitlines() if line.startswith("databricks.air: ")] == [], printed
+    assert not (tmp_path / "logs").exists()
+    assert not (tmp_path / "mlflow.db").exists()

@@ -37,7 +37,7 @@ import dataclasses
 import signal
 import time
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from databricks.air._engine import snapshot, stall_watch, stop_report
 from databricks.air._engine.failures import results_or_error
@@ -110,6 +110,11 @@ class Call(abc.ABC):
         self._next_stall_check = time.monotonic() + stall_watch.check_interval(launch.stall_seconds)
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
+
+    @classmethod
+    def check(cls, environ: Mapping[str, str], start_method: str) -> None:
+        """Raise :class:`RuntimeConfigurationError` for a setting in ``environ`` (or the start method) that this way
+        of starting ranks cannot use; called before the call prints or records anything. By default, nothing."""
 
     @classmethod
     def prewarm(cls, environ: Dict[str, str]) -> None:

@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Type
+from typing import Any, Dict, List, Mapping, Type
 
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
@@ -40,6 +40,12 @@ def call_class(remote: bool) -> Type[Call]:
 
         return RayCall
     return LocalCall
+
+
+def check(environ: Mapping[str, str], start_method: str, remote: bool = False) -> None:
+    """Raise :class:`RuntimeConfigurationError` for a setting a call with this environment could not start with:
+    before it prints, makes its log folder or opens its run."""
+    call_class(remote).check(environ, start_method)
 
 
 def prewarm(environ: Dict[str, str], remote: bool = False) -> None:

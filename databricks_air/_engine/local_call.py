@@ -20,7 +20,7 @@ import os
 import selectors
 import signal
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine import rank_server_handle, snapshot
@@ -51,6 +51,15 @@ class LocalCall(Call):
         self.selector = selectors.DefaultSelector()
 
     @classmethod
+    def check(cls, environ: Mapping[str, str], start_method: str) -> None:
+        if start_method not in START_METHODS:
+            raise RuntimeConfigurationError(
+                f"{_variables.START_METHOD} must be one of {', '.join(START_METHODS)}, not {start_method!r}; unset it "
+                "for fork, the default"
+            )
+        _requested_port(environ.get("MASTER_PORT", ""))
+
+    @classmethod
     def prewarm(cls, environ: Dict[str, str]) -> None:
         """Start a rank server for ``environ`` now, unless one is idle: it imports torch while the caller gets on."""
         rank_server_handle.pool.prewarm(environ)
@@ -59,10 +68,7 @@ class LocalCall(Call):
 
     def start(self, deadline: Optional[float]) -> None:
         launch = self.launch
-        if launch.start_method not in START_METHODS:
-            raise RuntimeConfigurationError(
-                f"{_variables.START_METHOD} must be one of {', '.join(START_METHODS)}, not {launch.start_method!r}"
-            )
+        self.check(launch.environ, launch.start_method)
         self.server = server = rank_server_handle.pool.acquire(launch.environ)
         self.files = files = CallFiles.create()
         server.notify({"op": "adopt", "call_dir": files.path})
@@ -264,5 +270,7 @@ def _requested_port(value: str) -> int:
     if not value:
         return 0
     if not value.isdigit() or not 0 < int(value) < 65536:
-        raise RuntimeConfigurationError(f"MASTER_PORT must be a port number (1-65535), not {value!r}")
+        raise RuntimeConfigurationError(
+            f"MASTER_PORT must be a port number (1-65535), not {value!r}; unset it to let databricks.air pick a free one"
+        )
     return int(value)
