@@ -6,7 +6,8 @@ Installed in every rank before the user's function runs (:func:`install`), at a 
   the rank receives :data:`STACK_SIGNAL`. Its handler is C code that needs no GIL, so it answers from a rank blocked
   inside a C++ collective and from one spinning in C with the GIL held alike. ``SIGWINCH`` is ignored by default,
   so a signal that arrives before the handler is installed does no harm; ranks have no terminal that would send
-  it for real.
+  it for real. The launcher sends it only to a rank whose probe does not answer: the dump walks the threads
+  without the GIL and crashes the rank if one starts or ends meanwhile (see :mod:`~databricks.air._engine.snapshot`).
 * **Collectives and richer stacks on request.** A daemon thread serves one request per connection on a Unix
   socket: it answers with the position of every process group in its collectives (torch's flight recorder:
   ``pg_status`` and the entries not yet completed) and the stack of every thread with source lines. It needs the

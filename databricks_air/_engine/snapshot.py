@@ -1,11 +1,17 @@
 """Taking a snapshot of running ranks: where each one is (its threads' stacks) and how far it got in its collectives.
 
-The rank side is :mod:`databricks.air._engine.rank_probe`. For each rank, at once and in parallel:
+The rank side is :mod:`databricks.air._engine.rank_probe`. For each rank, in parallel:
 
-1. the rank is sent :data:`~databricks.air._engine.rank_probe.STACK_SIGNAL`, and ``faulthandler`` appends the
-   stack of every thread to the rank's stack file (this works whatever the rank is doing, GIL held or not);
-2. the rank's probe is asked, on its Unix socket, for its collectives and its stacks with source lines (this needs
-   the GIL: a rank spinning in C does not answer, and the report says so).
+1. the rank's probe is asked, on its Unix socket, for its collectives and its stacks with source lines (this needs
+   the GIL: a rank spinning in C does not answer, and the report says so);
+2. only if it has not answered within :data:`PROBE_FIRST_SECONDS`, the rank is sent
+   :data:`~databricks.air._engine.rank_probe.STACK_SIGNAL`, and ``faulthandler`` appends the stack of every thread
+   to the rank's stack file (this works whatever the rank is doing, GIL held or not).
+
+Why not both, always: ``faulthandler``'s dump walks the rank's threads without the GIL, and crashes the rank
+(SIGSEGV) when a thread starts or ends meanwhile. Measured here (Python 3.11): a process whose threads come and go
+died after 7 to 20 such signals; a rank with MLflow's thread pools died once in CI while a snapshot was taken at an
+interrupt. A rank whose probe does not answer holds the GIL, and then no thread can start or end.
 
 Whatever a source could not give is named with its reason in :attr:`RankSnapshot.sources`, never dropped. The
 whole snapshot has a budget (:data:`DEFAULT_BUDGET`); a rank that cannot be reached in it is reported as such.
@@ -30,6 +36,9 @@ from databricks.air._engine.rank_probe import STACK_SIGNAL
 
 DEFAULT_BUDGET = 5.0
 """Seconds a whole snapshot may take, whatever the number of ranks."""
+
+PROBE_FIRST_SECONDS = 1.0
+"""How long the probe may take to answer before the rank's stacks are asked of ``faulthandler`` instead."""
 
 _SETTLE_SECONDS = 0.05  # the stack file is complete once it has stopped growing for this long
 _LIVENESS_SECONDS = 0.2  # how often a wait for a rank's answer checks that the rank still runs
@@ -153,19 +162,20 @@ def _in_parallel(targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], An
 def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
     """One rank's snapshot (see the module docstring); ``deadline`` is on ``time.monotonic()``."""
     snapshot = RankSnapshot(target.rank, target.pid, time.time())
-    offset = _size(target.stack_path)
-    try:
-        os.kill(target.pid, STACK_SIGNAL)
-        signalled = True
-    except ProcessLookupError:
-        signalled = False
-        snapshot.sources["stacks"] = "the rank had already exited"
-    reply = _ask_probe(target.socket_path, "snapshot", deadline, snapshot.sources, target.pid)
-    dump = _read_dump(target.stack_path, offset, deadline, target.pid) if signalled else ""
-    if signalled:
-        snapshot.sources["stacks"] = "ok" if dump else (
-            "no stack written in time (the rank may be stopped, or its code replaced the SIGWINCH handler)"
-        )
+    first = min(deadline, time.monotonic() + PROBE_FIRST_SECONDS)
+    reply = _ask_probe(target.socket_path, "snapshot", first, snapshot.sources, target.pid)
+    dump = ""
+    if reply is None and not snapshot.sources.get("probe", "").startswith("the rank ended"):
+        offset = _size(target.stack_path)
+        try:
+            os.kill(target.pid, STACK_SIGNAL)
+        except ProcessLookupError:
+            snapshot.sources["stacks"] = "the rank had already exited"
+        else:
+            dump = _read_dump(target.stack_path, offset, deadline, target.pid)
+            snapshot.sources["stacks"] = "ok" if dump else (
+                "no stack written in time (the rank may be stopped, or its code replaced the SIGWINCH handler)"
+            )
     if reply is not None:
         snapshot.groups = parse_groups(reply.get("collectives") or {}, snapshot.sources)
         snapshot.threads = [_thread(stack) for stack in reply.get("threads") or []]
