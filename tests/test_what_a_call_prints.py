@@ -99,7 +99,7 @@ def test_a_failure_says_its_message_and_its_traceback_once(run_script, tmp_path,
     # The caller's traceback holds the user's frames, and of this package only the line that re-raises.
     caller_frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', printed.split("Traceback from rank")[0])
     assert [name for _, name in caller_frames] == ["<module>", "distributed"], caller_frames
-    assert re.search(rf"databricks\.air: fails failed after \d+\.\d s", printed)
+    assert re.search(r"databricks\.air: fails failed after \d+\.\d s", printed)
     if rank == 1:  # not shown live: the report has the last lines of its output
         assert "Last 50 lines of rank 1's output" in printed and printed.count("starting") == 2
     else:  # rank 0's output was just seen live

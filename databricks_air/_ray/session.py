@@ -15,6 +15,7 @@ import html
 import logging
 import os
 import socket
+import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from databricks.air import _notebook
@@ -38,6 +39,9 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("dashboard_host", LOCAL_DASHBOARD_HOST)
     runtime_env, working_dir = _with_working_dir(kwargs.get("runtime_env"))
     kwargs["runtime_env"] = runtime_env
+    # Ray's INFO lines (the instance it started, the working directory's package: three lines with its hash) are
+    # its internals; what a user needs of them is said once below. logging_level=logging.INFO brings them back.
+    kwargs.setdefault("logging_level", logging.WARNING)
     try:
         with _without_rays_dashboard_line():
             context = ray.init(*args, **kwargs)
@@ -48,6 +52,9 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
                 'pass runtime_env={"working_dir": None} to ray_init to ship nothing, or another, smaller directory.'
             ) from error
         raise
+    if working_dir:
+        print(f"databricks.air: the working directory {working_dir} goes to every node of the Ray cluster (pass "
+              'runtime_env={"working_dir": None} to ray_init to ship nothing)', file=sys.stderr, flush=True)
     show_dashboard(getattr(context, "dashboard_url", None))
     return context
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -91,14 +92,18 @@ def test_ray_init_ships_the_working_directory_and_keeps_the_dashboard_on_loopbac
     assert call["runtime_env"] == {"env_vars": {"A": "1"}, "working_dir": str(tmp_path)}
     assert call["num_cpus"] == 2
     assert context.dashboard_url == "127.0.0.1:8265"
-    assert capsys.readouterr().err.count("databricks.air: Ray dashboard: http://127.0.0.1:8265") == 1
+    assert call["logging_level"] == logging.WARNING  # Ray's INFO lines are its own business
+    err = capsys.readouterr().err
+    assert err.count("databricks.air: Ray dashboard: http://127.0.0.1:8265") == 1
+    assert err.count(f"databricks.air: the working directory {tmp_path} goes to every node of the Ray cluster") == 1
 
 
 def test_ray_init_keeps_what_the_caller_chose(ray_init_calls: List[Dict[str, Any]]) -> None:
     ray_init(dashboard_host="0.0.0.0", runtime_env={"working_dir": "s3://bucket/code.zip"})
-    ray_init(runtime_env={"working_dir": None, "pip": ["requests"]})
+    ray_init(runtime_env={"working_dir": None, "pip": ["requests"]}, logging_level=logging.INFO)
     first, second = ray_init_calls
     assert first["dashboard_host"] == "0.0.0.0"
+    assert second["logging_level"] == logging.INFO
     assert first["runtime_env"] == {"working_dir": "s3://bucket/code.zip"}
     assert second["runtime_env"] == {"pip": ["requests"]}  # None: ship nothing
 
@@ -144,3 +149,5 @@ def test_a_script_connects_to_ray_address_on_its_first_remote_call(connected: An
     assert done.returncode == 0, done.stderr
     assert "RESULT [('0', 'shipped', True), ('1', 'shipped', True)]" in done.stdout
     assert done.stderr.count("Ray dashboard: http://127.0.0.1:") == 1
+    assert done.stderr.count(f"the working directory {tmp_path} goes to every node") == 1
+    assert "INFO" not in done.stderr, done.stderr  # Ray's "Connecting to existing Ray cluster", its packaging
