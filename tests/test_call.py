@@ -43,7 +43,8 @@ class ScriptedCall(Call):
         time.sleep(min(seconds, 0.005))
         for rank, (status, record) in list(self.pending.items()):
             del self.pending[rank]
-            self.record_exit(rank, status, record)
+            if self.outcomes[rank].running:  # a signal to a process that has ended does nothing
+                self.record_exit(rank, status, record)
         for rank, (after, record) in self.ends.items():
             if after == self.polls and self.outcomes[rank].running:
                 self.record_exit(rank, 0 if record.kind is OutcomeKind.RETURNED else 1, record)
@@ -128,3 +129,23 @@ def test_where_ranks_run_is_chosen_in_one_place() -> None:
     assert engine.call_class(remote=False) is LocalCall
     assert engine.call_class(remote=True) is RayCall
     assert issubclass(RayCall, Call) and issubclass(LocalCall, Call)
+
+
+def test_a_rank_that_fails_while_an_interrupt_looks_at_the_ranks_leaves_it_an_interrupt(tmp_path: Path) -> None:
+    # Seen in CI: Ctrl-C, then, during the seconds the look at the ranks takes, a rank lost its peer and raised. The
+    # call must still end in KeyboardInterrupt, not in that rank's "Connection closed by peer".
+    class Interrupted(ScriptedCall):
+        def poll(self, seconds: float) -> None:
+            super().poll(seconds)
+            if self.polls == 2:
+                raise KeyboardInterrupt
+
+        def snapshot(self, ranks: Sequence[RankOutcome], budget: float) -> dict:
+            self.record_exit(0, 1, failure("Connection closed by peer"))  # rank 0 fails while it is looked at
+            return {}
+
+    call = Interrupted(make_launch(tmp_path), {0: (None, RankRecord.returned("a")), 1: (None, RankRecord.returned("b"))})
+    with pytest.raises(KeyboardInterrupt):
+        call.run()
+    assert call.stop_reason is StopReason.INTERRUPT
+    assert not call.outcomes[0].failed_on_its_own and call.outcomes[0].stopped_by_launcher

@@ -168,10 +168,12 @@ class Call(abc.ABC):
         it started, to end (SIGTERM). The supervisor kills what still runs after the grace period; a second
         interrupt during the look kills at once."""
         running = self.running()
+        # From now on a rank's failure is the stop's consequence, also while the look takes its seconds: a rank
+        # that loses its peer then must not turn an interrupt, or the timeout, into a failure of its own.
+        began = time.time()
         self.stop_report = self._look(running, self._stop_reason_now())
-        now = time.time()
         for outcome in running:
-            outcome.stopped_at = now
+            outcome.stopped_at = began
         self.send(signal.SIGTERM, running)
 
     def kill(self) -> None:
