@@ -168,12 +168,15 @@ class Call(abc.ABC):
         it started, to end (SIGTERM). The supervisor kills what still runs after the grace period; a second
         interrupt during the look kills at once."""
         running = self.running()
-        # From now on a rank's failure is the stop's consequence, also while the look takes its seconds: a rank
-        # that loses its peer then must not turn an interrupt, or the timeout, into a failure of its own.
+        reason = self._stop_reason_now()
         began = time.time()
-        self.stop_report = self._look(running, self._stop_reason_now())
+        self.stop_report = self._look(running, reason)
+        # A rank that fails while the look takes its seconds has lost its peer to what stopped the call. After an
+        # interrupt or at the timeout that is the stop's consequence, never the call's root cause (the call raises
+        # KeyboardInterrupt, or the timeout); after a failure it is one more failure, listed as one.
+        stopped_at = time.time() if reason == StopReason.FAILURE.value else began
         for outcome in running:
-            outcome.stopped_at = began
+            outcome.stopped_at = stopped_at
         self.send(signal.SIGTERM, running)
 
     def kill(self) -> None:
