@@ -187,12 +187,10 @@ def _watch(run: runs.Run, out: Output) -> int:
         out.note(f"run {run.run_id} submitted ({run.spec.experiment_name}); following node 0 (Ctrl-C stops "
                  f"following, not the run: air cancel {run.run_id})")
     shown_link = None
-    status: Optional[str] = None
     stream = sys.stdout.buffer
     try:
         for item in logs.follow(run, 0, tail=None, whole_lines=out.json):
             if item.type == "STATUS":
-                status = item.status
                 if out.json and item.previous_status is not None:
                     out.event(render.log_event(item))
                 elif not out.json and item.previous_status is not None and not render.is_terminal(item.status):

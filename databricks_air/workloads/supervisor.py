@@ -120,7 +120,6 @@ class Supervisor:
                  environment: Optional[environments.PreparedEnvironment],
                  timeout: Optional[float]) -> Tuple[str, str, bool]:
         """Run attempt ``number``: ``(status, reason, final)``, ``final`` when retrying cannot help."""
-        spec, plan = self.spec, self.spec.node_plan
         started = time.time()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -149,7 +148,8 @@ class Supervisor:
         if self.launcher.reserves_nodes:
             self._update(message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
                                  f"{'CPU' if plan.cpu else 'GPU'}(s)")
-        return self.launcher.reserve(plan, deadline, self._cancel_asked)
+        return self.launcher.reserve(plan, deadline, self._cancel_asked,
+                                     lambda text: self._update(message=f"attempt {number}: {text}"))
 
     def _attempt_not_started(self, number: int, started: float, status: str, reason: str) -> Tuple[str, str]:
         """Record an attempt whose nodes were never had."""

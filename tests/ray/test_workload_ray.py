@@ -7,7 +7,6 @@ the run back through the same registry as local runs. The cluster is shared; eve
 from __future__ import annotations
 
 import json
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workloads"))  # the workload tests' helpers
 
 from ray_test_support import RAY_TMPDIR, live_placement_groups, processes_with_marker, wait_until  # noqa: E402
-from workload_support import air, envelope, events, make_wheel, state, wait_for, wait_for_end  # noqa: E402
+from workload_support import air, envelope, events, make_wheel, wait_for, wait_for_end  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -242,6 +241,9 @@ def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach
                       environment={"dependencies": ["numpy", "air-no-such-package==9.9"]}, max_retries=2)
     failing = submit(broken, dashboard, "--nodes", "2")  # both at once: 2 CPUs each, of the cluster's 4
     run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_SECRET_ML_TEAM__HF_TOKEN": secret})
+    # While Ray builds the nodes' environments (seconds: a virtualenv and pip each), the run says so.
+    wait_for(run_id, lambda s: "installing environment.dependencies on 2 node(s)" in (s.message or ""),
+             timeout=120)
     final = wait_for_end(run_id, timeout=300)
     logs = [air("logs", str(run_id), "--node", str(node)).stdout for node in (0, 1)]
     assert final.status == "SUCCESS", (final.message, logs)

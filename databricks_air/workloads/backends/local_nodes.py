@@ -88,6 +88,6 @@ def copy_output(stream: Any, output: NodeOutput) -> None:
 class LocalNodes(NodeLauncher):
     """This machine, as the one node of a run."""
 
-    def reserve(self, plan: NodePlan, deadline: Optional[float],
-                interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
+    def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
+                say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
         return LocalNodeGroup()

@@ -47,8 +47,8 @@ class RayNodes(NodeLauncher):
         self.pip = ray_package.read_pip_field(root)
         """``environment.dependencies`` as the hosts' runtime environment ``pip`` field (``None``: none)."""
 
-    def reserve(self, plan: NodePlan, deadline: Optional[float],
-                interrupted: Callable[[], bool]) -> Optional[NodeGroup]:
+    def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
+                say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -68,6 +68,8 @@ class RayNodes(NodeLauncher):
             )
             if self.pip is not None:  # merged into the job's: the working directory and variables stay
                 options["runtime_env"] = {"pip": self.pip}
+                # Ray builds each host's environment before the host starts: minutes, for a big list
+                say(f"installing environment.dependencies on {plan.num_nodes} node(s) (Ray's runtime environment)")
             for index in range(plan.num_nodes):
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
                 hosts.append(host_class.options(scheduling_strategy=strategy, **options).remote())
