@@ -14,8 +14,10 @@ What it measures
     b. anchor: ``py-spy dump --pid`` of both ranks, in parallel (stacks only), what an engineer runs by hand.
 
 Target
-    (a) at most 1.5 times (b) for ``sleep``; for ``spin``, at most ``PROBE_FIRST_SECONDS`` plus 1.5 times (b): the
-    second the probe is given is the price of never signalling a rank whose threads may start or end.
+    (a) at most 1.5 times (b) for ``sleep``; for ``spin``, at most 1.5 times (b) plus the fixed waits: the
+    ``PROBE_FIRST_SECONDS`` the probe is given (the price of never signalling a rank whose threads may start or
+    end) and the 50 ms the stack file must stay still to be read whole. Before the probe came first, a ``sleep``
+    snapshot took 52 ms (the signal, then that settle wait) and a ``spin`` one its whole 5 s budget (2026-12-02).
 
 Run
     ``.venv/bin/python bench/snapshot_latency.py``   (needs py-spy on PATH or next to the interpreter; ~1 minute)
@@ -148,10 +150,11 @@ def main() -> int:
     verdicts = []
     for mode in ("sleep", "spin"):
         result = measure(mode, args.rounds, py_spy)
-        allowance = snapshot.PROBE_FIRST_SECONDS if mode == "spin" else 0.0
+        # the fixed waits of a rank that holds the GIL: the probe's grace, then the stack file's settle time
+        allowance = snapshot.PROBE_FIRST_SECONDS + snapshot._SETTLE_SECONDS if mode == "spin" else 0.0
         met = result["ours"] <= allowance + 1.5 * result["anchor"]
         verdicts.append(met)
-        target = f"<= {allowance:g} s + 1.5x" if allowance else "<= 1.5x"
+        target = f"<= {allowance:.2f} s + 1.5x" if allowance else "<= 1.5x"
         print(f"{mode:<12} {result['ours']:>12.3f} s {result['anchor']:>10.3f} s {result['ours'] / result['anchor']:>7.2f}"
               f"  {target}: {'PASS' if met else 'MISS'}")
     return 0 if all(verdicts) else 1
