@@ -91,7 +91,7 @@ def test_no_collective_at_all_says_each_rank_runs_its_own_code() -> None:
     report = build([RankView(r, snapshot=_snapshot(r, _sleeping(), [])) for r in range(2)], now=NOW)
     assert report.suspects == []
     assert report.verdict.startswith("No rank waits in a collective")
-    assert "no process group yet" in report.table[0]
+    assert "no collective yet" in report.table[0]
 
 
 def test_a_rank_that_does_not_answer_its_probe_is_still_placed_by_its_stack() -> None:

@@ -160,7 +160,7 @@ def _state(view: RankView, now: float) -> str:
     done = sum(max(0, group.completed) for group in snapshot.groups)
     if snapshot.groups:
         return f"running its own code ({done} collective{'' if done == 1 else 's'} completed)"
-    return "running its own code (no process group yet)"
+    return "running its own code (no collective yet)"  # a group without collectives is not in the flight recorder
 
 
 def _unanswered(snapshot: RankSnapshot) -> str:
