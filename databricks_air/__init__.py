@@ -26,11 +26,11 @@ __all__ = ["distributed", "ray_launch", "ray_init", "__version__"]
 logging.getLogger("databricks.sdk").setLevel(logging.WARNING)
 
 
-
 def _runs_as_a_command_of_ours() -> bool:
     """``air`` (the console script) or ``python -m databricks.air...`` (its helpers: a run's supervisor, a node's
     keeper): a command whose output is its own, not a program of the user's using this Beta API."""
-    if os.path.basename(sys.argv[0]) == "air":
+    argv = getattr(sys, "argv", None) or [""]  # an embedded interpreter may have no argv at all
+    if os.path.basename(argv[0]) == "air":
         return True
     argv = list(getattr(sys, "orig_argv", ()))
     return any(flag == "-m" and name.startswith("databricks.air") for flag, name in zip(argv, argv[1:]))

@@ -405,6 +405,18 @@ def test_our_own_commands_give_no_beta_notice(command: list, tmp_path) -> None:
     assert done.stdout.startswith("No runs.")
 
 
+@pytest.mark.parametrize("argv", ["del sys.argv", "sys.argv = []"])
+def test_the_notice_works_in_an_interpreter_without_argv(argv: str) -> None:
+    # An embedded interpreter may have no sys.argv, or an empty one: importing must not fail over the notice.
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"}
+    done = subprocess.run([sys.executable, "-c", f"import sys; {argv}\nimport databricks.air"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("databricks.air is in Beta") == 1
+
+
 # --- the settings are resolved once ----------------------------------------------------------------------------------
 
 
