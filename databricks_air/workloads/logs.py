@@ -236,8 +236,9 @@ def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], mi
     current = attempt if pinned else choose_attempt(run, -1)
     offset = _start(run, current, node, tail, minutes) if os.path.exists(run.folder.node_log(current, node)) else 0
     reader = _NodeReader(run, current, node, offset)
-    shown = status_path(run.state)
-    yield LogEvent("STATUS", time.time(), node, current, status=shown[-1])
+    first = status_path(run.state)
+    yield LogEvent("STATUS", time.time(), node, current, status=first[-1])
+    reported = len(first)  # how many statuses of the run's path have been reported
     while True:
         state = load_run(run.folder).state
         later = not pinned and len(state.attempts) > current + 1  # a retry began: this attempt's log is whole
@@ -249,11 +250,11 @@ def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], mi
         # retry's wait, the end): they go between the two. The next attempt's RUNNING waits for the next round.
         running = min(len(path), _running_index(current) + 1)
         upto = _running_index(current + 1) if later else len(path)
-        yield from _status_changes(path, len(shown), running, state, node, current)
+        yield from _status_changes(path, reported, running, state, node, current)
         if len(state.attempts) > current or ended:  # not before the state says the attempt began
             yield from reader.read(final=ended or later, whole_lines=whole_lines)
-        yield from _status_changes(path, max(len(shown), running), upto, state, node, current)
-        shown = path[:max(len(shown), upto)]
+        yield from _status_changes(path, max(reported, running), upto, state, node, current)
+        reported = max(reported, upto)
         if later:
             current += 1
             reader = _NodeReader(run, current, node, 0)
