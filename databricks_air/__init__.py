@@ -32,8 +32,9 @@ def _runs_as_a_command_of_ours() -> bool:
     argv = getattr(sys, "argv", None) or [""]  # an embedded interpreter may have no argv at all
     if os.path.basename(argv[0]) == "air":
         return True
-    argv = list(getattr(sys, "orig_argv", ()))
-    return any(flag == "-m" and name.startswith("databricks.air") for flag, name in zip(argv, argv[1:]))
+    interpreter_argv = list(getattr(sys, "orig_argv", ()))  # python's own arguments too: -m and the module
+    return any(flag == "-m" and name.startswith("databricks.air")
+               for flag, name in zip(interpreter_argv, interpreter_argv[1:]))
 
 
 # Shown once per process tree of the user's (ranks inherit the variable, so they do not repeat it), never by our
