@@ -141,3 +141,22 @@ def test_no_text_points_at_a_numbered_item_of_a_document_outside_the_repository(
         if OUTSIDE_REFERENCES.search(line)
     ]
     assert found == [], "say what is meant instead of pointing elsewhere:\n" + "\n".join(found)
+
+
+def test_tcp_listeners_are_opened_in_processes_py() -> None:
+    """One place decides the address a listener binds (loopback unless the user names another): ``listen``. Torch's
+    ``TCPStore`` as a server gets its socket from there (``master_listen_fd``), since alone it listens everywhere."""
+    assert users_of({"listen"}) - {"databricks_air/_engine/rank_probe.py"} == {  # the probe's is a Unix socket
+        "databricks_air/_engine/processes.py",
+        "databricks_air/_engine/rank_server.py",
+        "databricks_air/_ray/rank_cluster.py",
+    }
+    servers = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in python_files(PACKAGE)
+        for name, node in calls_and_imports(parsed(path))
+        if name == "TCPStore" and isinstance(node, ast.Call)
+        and any(keyword.arg == "is_master" for keyword in node.keywords)
+        and not any(keyword.arg == "master_listen_fd" for keyword in node.keywords)
+    ]
+    assert servers == []

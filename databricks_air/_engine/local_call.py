@@ -27,8 +27,9 @@ from databricks.air._engine import rank_server_handle, snapshot
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import RankOutcome, read_record
-from databricks.air._engine.processes import free_port, kill_group
+from databricks.air._engine.processes import LOOPBACK, free_port, kill_group
 from databricks.air._engine.rank_environ import coordinates, flight_recorder_environ, job_environ
+from databricks.air._engine.rank_server import NO_STORE_HERE
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 from databricks.air.exceptions import OutputCollectionError, RuntimeConfigurationError, WorkloadCreationError
@@ -121,12 +122,19 @@ class LocalCall(Call):
         assert self.server is not None
         launch = self.launch
         environ = dict(launch.environ)
-        environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        environ.setdefault("MASTER_ADDR", LOOPBACK)
         requested_port = _requested_port(environ.get("MASTER_PORT", ""))
         # Host the rendezvous store ourselves, as torchrun's agent does: the port is bound before any rank starts
-        # (no race between concurrent calls) and no rank waits for rank 0 to start listening.
+        # (no race between concurrent calls) and no rank waits for rank 0 to start listening. It listens on
+        # MASTER_ADDR only: an unauthenticated store must not be reachable from other machines unasked.
         answer = self.server.request(
-            {"op": "store", "world_size": launch.world_size, "port": requested_port, "timeout": 1800.0}
+            {
+                "op": "store",
+                "host": environ["MASTER_ADDR"],
+                "world_size": launch.world_size,
+                "port": requested_port,
+                "timeout": 1800.0,
+            }
         )
         if answer["op"] == "store":
             self.store_pid = answer["pid"]
@@ -137,8 +145,13 @@ class LocalCall(Call):
                 f"MASTER_PORT={requested_port} is set, but the rendezvous store cannot listen on it "
                 f"({answer['message']}). Free that port, or unset MASTER_PORT to let databricks.air pick one."
             )
+        elif not answer.get("message", "").startswith(NO_STORE_HERE):
+            raise RuntimeConfigurationError(
+                f"MASTER_ADDR={environ['MASTER_ADDR']} is set, but the rendezvous store cannot listen there "
+                f"({answer['message']}). Name an address of this machine, or unset MASTER_ADDR for 127.0.0.1."
+            )
         else:  # no torch.distributed in the rank server: rank 0 hosts the store, as plain env:// init does
-            environ["MASTER_PORT"] = str(free_port())
+            environ["MASTER_PORT"] = str(free_port(environ["MASTER_ADDR"]))
             environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))

@@ -8,7 +8,8 @@ rank host (which starts its rank as a child process), and ``air run``'s supervis
   (:mod:`databricks.air._engine.process_groups`).
 * **Parent death.** :func:`set_parent_death_signal` asks Linux to kill a process when its parent dies, even by
   SIGKILL; :func:`die_with_parent` also closes the race with a parent that died first.
-* **Ports.** :func:`free_port` picks a TCP port that is free now.
+* **Ports and listeners.** :func:`listen` opens every TCP listener of ours, on the address asked for (loopback,
+  :data:`LOOPBACK`, unless the user named another); :func:`free_port` picks a TCP port that is free now.
 * **Fresh interpreters.** :func:`python_command` is the command line of a new interpreter that runs one of the
   engine's entry points (the rank server, a rank), without the working directory on ``sys.path``.
 """
@@ -75,7 +76,32 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-def free_port(host: str = "") -> int:
+LOOPBACK = "127.0.0.1"
+"""Where our listeners listen unless the user names another address (``MASTER_ADDR``, a Ray address)."""
+
+
+def listen(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    """A TCP socket listening on ``host:port`` only (``port`` 0: one the kernel picks), never on every address.
+
+    ``host`` is an address or a name (resolved here; a name that resolves to several addresses takes the first that
+    can be bound). Raises :class:`OSError` naming the address when none can be bound. Torch's ``TCPStore`` takes
+    the socket through ``master_listen_fd``: left to itself it listens on every interface, whatever its host.
+    """
+    errors = []
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        server = socket.socket(family, kind, proto)
+        try:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(address)
+            server.listen(backlog)
+            return server
+        except OSError as error:
+            server.close()
+            errors.append(f"{address[0]}: {error.strerror or error}")
+    raise OSError(f"cannot listen on {host}:{port} ({'; '.join(errors) or 'the name resolves to no address'})")
+
+
+def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that nothing listens on at ``host`` now (``""``: every address of this machine).
 
     Whoever uses it binds it moments later; a process that binds it first in between makes that bind fail, so

@@ -13,8 +13,8 @@ attached where noted.
 
 * caller → server ``{"op": "spawn", "call_dir", "ranks", "exec"}`` + ``[stdout, stderr]`` write ends per rank;
   answered by ``{"op": "spawned", "pids"}``.
-* caller → server ``{"op": "store", "world_size", "port", "timeout"}``: fork a process hosting the rendezvous
-  ``TCPStore``; answered by ``{"op": "store", "pid", "port"}`` or ``{"op": "error", "message"}``.
+* caller → server ``{"op": "store", "host", "world_size", "port", "timeout"}``: fork a process hosting the
+  rendezvous ``TCPStore`` on ``host`` only (``MASTER_ADDR``); answered by ``{"op": "store", "pid", "port"}`` or ``{"op": "error", "message"}``.
 * caller → server ``{"op": "adopt", "call_dir"}`` (no answer): the server removes that private call directory if
   the caller dies before it could (a SIGKILL skips the caller's own clean-up).
 * server → caller ``{"op": "exit", "pid", "status"}`` whenever a child ends (status as ``Popen.returncode``).
@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
-from databricks.air._engine.processes import die_with_parent, kill_group, python_command
+from databricks.air._engine.processes import die_with_parent, kill_group, listen, python_command
 from databricks.air._switches import switched_off
 
 MAX_MESSAGE = 1 << 20
@@ -143,7 +143,9 @@ class RankServer:
                 send(self.control, {"op": "spawned", "pids": pids})
         elif op == "store":
             try:
-                answer = self._start_store(message["world_size"], message["port"], message["timeout"])
+                answer = self._start_store(
+                    message["host"], message["world_size"], message["port"], message["timeout"]
+                )
             except OSError as error:  # fork failed
                 answer = {"op": "error", "message": f"cannot start the store process: {error}"}
             send(self.control, answer)
@@ -243,14 +245,14 @@ class RankServer:
         self._watch(pid)
         return pid
 
-    def _start_store(self, world_size: int, port: int, timeout: float) -> dict:
+    def _start_store(self, host: str, world_size: int, port: int, timeout: float) -> dict:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
                 self._become_child()
                 os.close(read_end)
-                _host_store(write_end, world_size, port, timeout)
+                _host_store(write_end, host, world_size, port, timeout)
             finally:
                 os._exit(1)
         os.close(write_end)
@@ -262,24 +264,36 @@ class RankServer:
         return {"op": "error", "message": answer.decode(errors="replace") or "the store process died"}
 
 
-def _host_store(report_fd: int, world_size: int, port: int, timeout: float) -> None:
-    """Host the rendezvous ``TCPStore`` (as torchrun's agent does) and report its port; then wait to be killed."""
+NO_STORE_HERE = "torch.distributed cannot be imported in the rank server"
+"""The start of a failed ``store`` answer that means "let rank 0 host the store", not "the address is wrong"."""
+
+
+def _host_store(report_fd: int, host: str, world_size: int, port: int, timeout: float) -> None:
+    """Host the rendezvous ``TCPStore`` (as torchrun's agent does) on ``host`` only and report its port; then wait
+    to be killed. The store is unauthenticated: it must not listen on addresses the user did not ask for."""
     import datetime
 
     try:
         from torch.distributed import TCPStore
-
+    except BaseException as error:  # noqa: BLE001 - torch without distributed: rank 0 hosts the store instead
+        os.write(report_fd, f"{NO_STORE_HERE}: {error}".encode())
+        os._exit(1)
+    try:
+        listener = listen(host, port)
+        # The store serves the descriptor without owning it: detached, it stays open until this process ends.
+        port = listener.getsockname()[1]
         store = TCPStore(
-            "127.0.0.1",
+            host,
             port,
             world_size,
             is_master=True,
             timeout=datetime.timedelta(seconds=timeout),
             wait_for_workers=False,
+            master_listen_fd=listener.detach(),
         )
         os.write(report_fd, f"port {store.port}".encode())
     except BaseException as error:  # noqa: BLE001
-        os.write(report_fd, f"cannot host the rendezvous store on port {port}: {error}".encode())
+        os.write(report_fd, f"cannot host the rendezvous store on {host}:{port}: {error}".encode())
         os._exit(1)
     os.close(report_fd)
     while True:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from databricks.air._engine.processes import free_port
+from databricks.air._engine.processes import free_port, listen
 from databricks.air._ray import loopback_node, session
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RayInitializationError
@@ -119,12 +119,17 @@ def _rendezvous_store(rank: int) -> Any:
     from torch.distributed import TCPStore
 
     hosted_by_launcher = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    # Rank 0 hosts the store on MASTER_ADDR only (TCPStore alone would listen on every address). The store serves
+    # the descriptor without owning it: detached, it stays open as long as this process.
+    hosts = rank == 0 and not hosted_by_launcher
     return TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        is_master=rank == 0 and not hosted_by_launcher,
+        host,
+        port,
+        is_master=hosts,
         timeout=datetime.timedelta(seconds=START_SECONDS),
         wait_for_workers=False,
+        master_listen_fd=listen(host, port).detach() if hosts else None,
     )
 
 
@@ -154,13 +159,13 @@ class RayNode:
     @classmethod
     def start(cls, head_ip: Optional[str], join: Optional[str] = None) -> "RayNode":
         """Start a head on ``head_ip``, or a worker node joining ``join`` (``host:port``)."""
-        temp_dir = tempfile.mkdtemp(prefix="air-ray-")
+        temp_dir = tempfile.mkdtemp(prefix="air-ray-", dir=session.private_folder())  # Ray makes it 0777
         if join is None:
             assert head_ip is not None
             node_ip, port = head_ip, free_port(head_ip)
             address = f"{head_ip}:{port}"
             role = ["--head", f"--port={port}", f"--ray-client-server-port={free_port(head_ip)}",
-                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={free_port('127.0.0.1')}"]
+                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={free_port()}"]
         else:
             node_ip, address = _own_ip(join), join
             role = [f"--address={join}"]

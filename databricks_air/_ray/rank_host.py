@@ -55,7 +55,7 @@ class RankHost:
 
     def free_port(self) -> int:
         """A TCP port free on this node now, for ``MASTER_PORT`` (rank 0 listens on it moments later)."""
-        return free_port()
+        return free_port("")  # free on every address: rank 0 listens on this node's, MASTER_ADDR
 
     # --- the rank ----------------------------------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """This process's connection to a Ray cluster: ``ray_init``, and connecting on the first remote call.
 
-``ray_init`` is ``ray.init`` with three differences: the caller's working directory travels to every node as the
+``ray_init`` is ``ray.init`` with four differences: the caller's working directory travels to every node as the
 job's ``runtime_env`` ``working_dir`` (so ``import my_module`` works in ranks on other machines; pass
 ``runtime_env={"working_dir": None}`` to ship nothing), a dashboard it starts listens on 127.0.0.1 only (Ray's
-dashboard accepts job submissions, which run code, from whoever can reach it), and the dashboard's address is shown
-once, as a link in Jupyter. A remote call in a process that is not connected yet connects to ``RAY_ADDRESS`` the same
+dashboard accepts job submissions, which run code, from whoever can reach it), a Ray instance it starts on this
+machine (no address given) listens on 127.0.0.1 only and keeps its files in a folder only this user can enter
+(Ray's GCS, raylet and workers take requests from whoever reaches them, and its session folders are 0777), and the
+dashboard's address is shown once, as a link in Jupyter. A remote call in a process that is not connected yet connects to ``RAY_ADDRESS`` the same
 way; an address that does not answer fails at once, instead of after Ray's retries of several minutes.
 """
 
@@ -15,15 +17,19 @@ import html
 import logging
 import os
 import socket
+import stat
 import sys
+import tempfile
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from databricks.air import _notebook
+from databricks.air._engine.processes import LOOPBACK
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
 
 ADDRESS_VARIABLE = "RAY_ADDRESS"
-LOCAL_DASHBOARD_HOST = "127.0.0.1"
+LOCAL_DASHBOARD_HOST = LOOPBACK
+_SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _REACH_SECONDS = 5.0
 _CLIENT_SCHEME = "ray://"
 
@@ -34,6 +40,11 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
     address = kwargs.get("address", args[0] if args else None) or os.environ.get(ADDRESS_VARIABLE)
     if address:
         check_reachable(str(address), "address" if kwargs.get("address") or args else ADDRESS_VARIABLE)
+    starts_local = str(address or "local") == "local" and not kwargs.get("_node_ip_address")
+    if starts_local:
+        kwargs["_node_ip_address"] = LOOPBACK
+        if not kwargs.get("_temp_dir") and not os.environ.get("RAY_TMPDIR"):
+            kwargs["_temp_dir"] = private_temp_dir()
     if not str(address or "").startswith(_CLIENT_SCHEME):  # Ray Client takes no dashboard arguments
         kwargs.setdefault("include_dashboard", True)
         kwargs.setdefault("dashboard_host", LOCAL_DASHBOARD_HOST)
@@ -43,7 +54,7 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
     # its internals; what a user needs of them is said once below. logging_level=logging.INFO brings them back.
     kwargs.setdefault("logging_level", logging.WARNING)
     try:
-        with _without_rays_dashboard_line():
+        with _without_rays_dashboard_line(), _on_loopback(starts_local):
             context = ray.init(*args, **kwargs)
     except ValueError as error:
         if working_dir and "exceeds the maximum size" in str(error):
@@ -57,6 +68,61 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
               'runtime_env={"working_dir": None} to ray_init to ship nothing)', file=sys.stderr, flush=True)
     show_dashboard(getattr(context, "dashboard_url", None))
     return context
+
+
+def private_temp_dir() -> str:
+    """``<temp>/databricks-air-<uid>/ray``: Ray's temp folder for an instance ``ray_init`` starts."""
+    return os.path.join(private_folder(), "ray")
+
+
+def private_folder() -> str:
+    """``<temp>/databricks-air-<uid>``, a folder only this user may enter, for Ray's temp folders.
+
+    Ray makes its temp folder and every session folder 0777; inside a parent that only this user may enter (made
+    0700 here, and refused if it is someone else's or a link), nobody else reaches them. The path stays short:
+    Ray's Unix sockets live under it, and a socket's path may hold 107 bytes at most.
+    """
+    parent = os.path.join(tempfile.gettempdir(), f"databricks-air-{os.getuid()}")
+    try:
+        os.mkdir(parent, 0o700)
+    except FileExistsError:
+        pass
+    status = os.lstat(parent)
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
+        raise RuntimeConfigurationError(
+            f"{parent} is not a folder of this user's, so Ray's files cannot be kept private there; remove it, or "
+            "pass _temp_dir=... (or set RAY_TMPDIR) to choose Ray's temp folder"
+        )
+    os.chmod(parent, 0o700)
+    return parent
+
+
+@contextlib.contextmanager
+def _on_loopback(local: bool) -> Iterator[None]:
+    """While ``ray.init`` starts an instance on this machine: Ray takes 127.0.0.1 as this node's address.
+
+    Left alone, Ray 2.x replaces a given 127.0.0.1 with the machine's interface address, and its servers listen
+    there. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (its setting for single-machine instances, the default on macOS
+    and Windows) keeps 127.0.0.1: read from the environment by the processes it starts, and from its constants
+    module by this one, which may have imported Ray already.
+    """
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    before_variable = os.environ.get(_SINGLE_MACHINE_VARIABLE)
+    before_constant = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    os.environ[_SINGLE_MACHINE_VARIABLE] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before_constant
+        if before_variable is None:
+            os.environ.pop(_SINGLE_MACHINE_VARIABLE, None)
+        else:
+            os.environ[_SINGLE_MACHINE_VARIABLE] = before_variable
 
 
 def ensure_connected() -> None:

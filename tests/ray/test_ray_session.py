@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ import pytest
 
 from databricks.air import _notebook, distributed, ray_init, ray_launch
 from databricks.air._ray import session
-from databricks.air.exceptions import RayConnectionError
+from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
 from ray_test_support import free_port
 
 
@@ -151,3 +152,84 @@ def test_a_script_connects_to_ray_address_on_its_first_remote_call(connected: An
     assert done.stderr.count("Ray dashboard: http://127.0.0.1:") == 1
     assert done.stderr.count(f"the working directory {tmp_path} goes to every node") == 1
     assert "INFO" not in done.stderr, done.stderr  # Ray's "Connecting to existing Ray cluster", its packaging
+
+
+def test_a_local_instance_is_kept_on_loopback_in_a_private_folder(
+    ray_init_calls: List[Dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)  # the test cluster's: a user's own choice is kept
+    ray_init()
+    ray_init(address="local")
+    for call in ray_init_calls:
+        assert call["_node_ip_address"] == "127.0.0.1"
+        parent = Path(call["_temp_dir"]).parent
+        assert parent.stat().st_uid == os.getuid() and parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_address_or_a_node_ip_address_of_the_callers_is_left_alone(
+    ray_init_calls: List[Dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session, "check_reachable", lambda *_: None)
+    ray_init(address="10.1.2.3:6379")
+    ray_init(_node_ip_address="10.1.2.3", _temp_dir="/tmp/mine")
+    first, second = ray_init_calls
+    assert "_node_ip_address" not in first and "_temp_dir" not in first
+    assert second["_node_ip_address"] == "10.1.2.3" and second["_temp_dir"] == "/tmp/mine"
+
+
+def test_a_private_folder_that_is_a_link_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="rp", dir="/tmp")
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", short)
+        os.symlink("/", os.path.join(short, f"databricks-air-{os.getuid()}"))
+        with pytest.raises(RuntimeConfigurationError, match="not a folder of this user's"):
+            session.private_folder()
+    finally:
+        shutil.rmtree(short)
+
+
+LISTENERS_OF_A_LOCAL_INSTANCE = textwrap.dedent(
+    """
+    import json, os, stat, psutil, ray
+    from databricks.air.ray import ray_init
+
+    ray_init(runtime_env={"working_dir": None}, num_cpus=1, include_dashboard=False)
+    assert ray.get(ray.remote(lambda: ray.util.get_node_ip_address()).remote()) == "127.0.0.1"
+    folder = os.environ["TMPDIR"]
+    ours = {p.pid: p.name() for p in psutil.process_iter(["cmdline"]) if folder in " ".join(p.info["cmdline"] or [])}
+    ours[os.getpid()] = "driver"
+    listening = sorted({(ours[c.pid], c.laddr.ip) for c in psutil.net_connections("inet")
+                        if c.status == psutil.CONN_LISTEN and c.pid in ours})
+    parent = os.path.join(folder, f"databricks-air-{os.getuid()}")
+    print(json.dumps({"listening": listening, "mode": stat.S_IMODE(os.stat(parent).st_mode),
+                      "sessions": os.listdir(os.path.join(parent, "ray"))}))
+    ray.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_local_instance_listens_on_loopback_only() -> None:
+    """A real Ray instance started by ``ray_init()``, without the loopback settings the test cluster uses: every
+    listening socket of its processes is on 127.0.0.1 (read with psutil; nothing connects elsewhere)."""
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
+    environ = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")}
+    environ.update(TMPDIR=short, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    try:
+        done = subprocess.run([sys.executable, "-c", LISTENERS_OF_A_LOCAL_INSTANCE], env=environ, text=True,
+                              capture_output=True, timeout=240)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    names = {name for name, _ in found["listening"]}
+    assert {"gcs_server", "raylet"} <= names, found
+    assert {address for _, address in found["listening"]} <= {"127.0.0.1", "::ffff:127.0.0.1"}, found
+    assert found["mode"] == 0o700 and any(name.startswith("session_") for name in found["sessions"])

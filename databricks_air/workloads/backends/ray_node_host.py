@@ -61,7 +61,7 @@ class NodeHost:
 
     def master_port(self) -> int:
         """A TCP port free on this node now (node 0's is ``MASTER_PORT``)."""
-        return processes.free_port()
+        return processes.free_port("")  # free on every address: node 0 listens on its own, MASTER_ADDR
 
     # --- the command -----------------------------------------------------------------------------------------------
 
