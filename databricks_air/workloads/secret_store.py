@@ -8,8 +8,10 @@ A ``scope/key`` reference is looked up, in order:
    its owner only (mode 0600, in a folder of mode 0700), as ``ssh`` requires of private keys. One trailing newline
    is dropped. ``air secrets put scope/key`` writes one (the value read from stdin, or typed without echo).
 
-Values go only into the command's environment; the run's saved configuration holds the references, and the
-supervisor replaces every value that appears in the command's output with ``[REDACTED]``.
+Values go only into the command's environment, and only those the workload names: the submitter's other
+``DATABRICKS_AIR_SECRET_*`` variables never reach the command (:func:`without_secret_variables`). The run's saved
+configuration holds the references, and the supervisor replaces every secret value it knows (the named ones and every
+``DATABRICKS_AIR_SECRET_*`` value it was given, :func:`known_values`) with ``[REDACTED]`` in the command's output.
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ def variable_name(ref: SecretRef) -> str:
         return re.sub(r"[^A-Za-z0-9]", "_", text).upper()
 
     return f"{VARIABLE_PREFIX}{part(ref.scope)}__{part(ref.key)}"
+
+
+def without_secret_variables(environ: Mapping[str, str]) -> Dict[str, str]:
+    """``environ`` without the secret store's variables (``DATABRICKS_AIR_SECRET_*``): what a command may inherit."""
+    return {name: value for name, value in environ.items() if not name.startswith(VARIABLE_PREFIX)}
+
+
+def known_values(environ: Mapping[str, str], named: Mapping[str, str]) -> List[str]:
+    """Every secret value this process knows: the workload's (``named``) and each ``DATABRICKS_AIR_SECRET_*`` value
+    of ``environ``, for redaction."""
+    return [*named.values(), *(value for name, value in environ.items() if name.startswith(VARIABLE_PREFIX))]
 
 
 def secret_path(ref: SecretRef) -> str:

@@ -176,7 +176,8 @@ class Supervisor:
                                 mlflow_experiment_id=tracked.experiment_id if tracked else None, master_port=port),
         )
         outputs = [
-            NodeOutput(log_paths[node], self.folder.node_times(number, node), secrets.values(),
+            NodeOutput(log_paths[node], self.folder.node_times(number, node),
+                       secret_store.known_values(self.environ, secrets),
                        on_alert=lambda found, node=node: self._alert(number, node, found),
                        echo=self.echo(number, node) if self.echo else None)
             for node in range(plan.num_nodes)
@@ -217,7 +218,8 @@ class Supervisor:
 
     def _base_environ(self, environment: Optional[environments.PreparedEnvironment]) -> Dict[str, str]:
         """The environment the nodes' variables are set on, where this supervisor runs."""
-        base = node_environment.with_interpreter_on_path(self.environ)
+        # Only the secrets the workload names reach the command, under the names it gives them.
+        base = node_environment.with_interpreter_on_path(secret_store.without_secret_variables(self.environ))
         if environment is not None:
             environment.apply(base)
         return base

@@ -151,6 +151,23 @@ python -c 'import os, sys; sys.stdout.write(os.environ["HF_TOKEN"][:9]); sys.std
     assert "DB_PASSWORD: ml_team/db_password" in (run_dir / "workload.yaml").read_text()
 
 
+def test_secrets_the_workload_does_not_name_never_reach_the_command_and_are_redacted(tmp_path: Path) -> None:
+    named, unnamed = "named-value-of-the-workload", "someone-elses-deploy-key"
+    command = """env | grep -c DATABRICKS_AIR_SECRET_ || true
+echo "token: $TOKEN"
+echo "a value the command happens to print: someone-elses-$(echo deploy)-key"
+"""
+    path = write_workload(tmp_path, command=command, secrets={"TOKEN": "team/token"})
+    environ = {"DATABRICKS_AIR_SECRET_TEAM__TOKEN": named, "DATABRICKS_AIR_SECRET_OPS__DEPLOY_KEY": unnamed}
+    done = air("run", "-f", str(path), "--watch", env=environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\ntoken: [REDACTED]\na value the command happens to print: [REDACTED]\n"
+    run_id = int(done.stderr.split("air: run ")[1].split()[0])
+    run_dir = Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs" / str(run_id)
+    for saved in (p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file()):
+        assert named not in saved and unnamed not in saved
+
+
 def test_a_missing_or_readable_secret_is_refused_with_what_to_do(tmp_path: Path) -> None:
     path = write_workload(tmp_path, command="true", secrets={"TOKEN": "team/token"})
     done = air("run", "-f", str(path))
