@@ -17,13 +17,12 @@ import html
 import logging
 import os
 import socket
-import stat
 import sys
-import tempfile
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from databricks.air import _notebook
 from databricks.air._engine.processes import LOOPBACK
+from databricks.air._engine.user_folder import user_folder
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
 
@@ -76,25 +75,9 @@ def private_temp_dir() -> str:
 
 
 def private_folder() -> str:
-    """``<temp>/databricks-air-<uid>``, a folder only this user may enter, for Ray's temp folders.
-
-    Ray makes its temp folder and every session folder 0777; inside a parent that only this user may enter (made
-    0700 here, and refused if it is someone else's or a link), nobody else reaches them. The path stays short:
-    Ray's Unix sockets live under it, and a socket's path may hold 107 bytes at most.
-    """
-    parent = os.path.join(tempfile.gettempdir(), f"databricks-air-{os.getuid()}")
-    try:
-        os.mkdir(parent, 0o700)
-    except FileExistsError:
-        pass
-    status = os.lstat(parent)
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
-        raise RuntimeConfigurationError(
-            f"{parent} is not a folder of this user's, so Ray's files cannot be kept private there; remove it, or "
-            "pass _temp_dir=... (or set RAY_TMPDIR) to choose Ray's temp folder"
-        )
-    os.chmod(parent, 0o700)
-    return parent
+    """A folder only this user may enter, for Ray's temp folders: Ray makes its own temp folder and every session
+    folder 0777, and inside this one nobody else reaches them."""
+    return user_folder()
 
 
 @contextlib.contextmanager
