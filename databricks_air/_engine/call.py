@@ -35,8 +35,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import signal
-import time
 import sys
+import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from databricks.air._engine import snapshot, stall_watch, stop_report
@@ -88,6 +89,20 @@ class Launch:
     """How long ranks may wait in a collective that another rank has not reached before a warning (``0``: never)."""
     on_report: Optional[Callable[[StopReport], None]] = None
     """Called with each report written (a stall's, the stop's), to keep it elsewhere too (the MLflow run)."""
+    gpus: Sequence[str] = ()
+    """The GPUs of this machine the call may lease, as ``CUDA_VISIBLE_DEVICES`` names them: it leases
+    ``world_size`` of them before any rank starts (:mod:`~databricks.air._engine.gpu_leases`); empty for CPU ranks
+    and on a Ray cluster."""
+    on_queued: Optional[Callable[[str], None]] = None
+    """Called once, with what it waits for, when the call must wait for GPUs that other calls hold."""
+    on_started: Optional[Callable[[], None]] = None
+    """Called once the call holds what it needs and its ranks are starting (after any wait)."""
+    cancelled: Optional[threading.Event] = None
+    """Set by another thread to cancel the call: a wait for GPUs ends at once, and running ranks are stopped as an
+    interrupt stops them (the call then raises ``KeyboardInterrupt``)."""
+    show_live: Optional[Callable[[], bool]] = None
+    """Whether the ranks' output is shown in the caller now (``None``: always): a call run in the background shows
+    it only while someone waits for its result. The log files have all of it."""
 
 
 class Call(abc.ABC):
@@ -191,6 +206,7 @@ class Call(abc.ABC):
             terminate=self.stop,
             kill=self.kill,
             grace_period=self.launch.grace_period,
+            cancelled=self.launch.cancelled,
         )
         try:
             supervisor.run(deadline)
@@ -229,7 +245,7 @@ class Call(abc.ABC):
 
     def open_outputs(self, world_size: int) -> None:
         """One output per rank, logging to ``<log_dir>/rank_<r>.txt``."""
-        self.outputs = make_outputs(self.launch.log_dir, world_size, self.launch.show_all_ranks)
+        self.outputs = make_outputs(self.launch.log_dir, world_size, self.launch.show_all_ranks, self.launch.show_live)
 
     def close_outputs(self) -> None:
         """Show what is left of the ranks' output and close the log files."""

@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables
-from databricks.air._engine import rank_server_handle, snapshot
+from databricks.air._engine import gpu_leases, rank_server_handle, snapshot
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import RankOutcome, read_record
@@ -32,7 +33,12 @@ from databricks.air._engine.rank_environ import coordinates, flight_recorder_env
 from databricks.air._engine.rank_server import NO_STORE_HERE
 from databricks.air._engine.rank_server_handle import RankServerHandle
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
-from databricks.air.exceptions import OutputCollectionError, RuntimeConfigurationError, WorkloadCreationError
+from databricks.air.exceptions import (
+    LocalExecutionTimeoutError,
+    OutputCollectionError,
+    RuntimeConfigurationError,
+    WorkloadCreationError,
+)
 
 START_METHODS = ("fork", "spawn")
 _DRAIN_SECONDS = 2.0
@@ -50,6 +56,7 @@ class LocalCall(Call):
         self.ranks_by_pid: Dict[int, int] = {}
         self.pipes: Dict[int, Tuple[int, str]] = {}  # read fd -> (rank, stream)
         self.selector = selectors.DefaultSelector()
+        self.lease: Optional[gpu_leases.Lease] = None
 
     @classmethod
     def check(cls, environ: Mapping[str, str], start_method: str) -> None:
@@ -70,6 +77,10 @@ class LocalCall(Call):
     def start(self, deadline: Optional[float]) -> None:
         launch = self.launch
         self.check(launch.environ, launch.start_method)
+        if launch.gpus:
+            self.lease = self._lease(deadline)
+        if launch.on_started is not None:
+            launch.on_started()
         self.server = server = rank_server_handle.pool.acquire(launch.environ)
         self.files = files = CallFiles.create()
         server.notify({"op": "adopt", "call_dir": files.path})
@@ -117,6 +128,21 @@ class LocalCall(Call):
         for event in server.take_backlog():
             self._on_exit(event)
 
+    def _lease(self, deadline: Optional[float]) -> gpu_leases.Lease:
+        """GPUs of the call's own, waiting (first come first served) while other calls hold too many."""
+        launch = self.launch
+
+        def queued(what: str) -> None:
+            print(f"databricks.air: {launch.name} is {what}", file=sys.stderr, flush=True)
+            if launch.on_queued is not None:
+                launch.on_queued(what)
+
+        try:
+            return gpu_leases.take(launch.world_size, launch.environ, launch.gpus, name=launch.name,
+                                   deadline=deadline, on_wait=queued, cancelled=launch.cancelled)
+        except gpu_leases.LeaseTimeout as error:
+            raise LocalExecutionTimeoutError(f"{error}; nothing was started. {launch.timeout_note}".strip()) from None
+
     def _common_environ(self) -> Dict[str, str]:
         """The environment every rank gets: the caller's, plus the rendezvous and the job's torchrun variables."""
         assert self.server is not None
@@ -157,6 +183,8 @@ class LocalCall(Call):
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))
         environ.update(job_environ())
         environ.update(flight_recorder_environ(launch.environ, launch.log_dir))
+        if self.lease is not None:
+            environ.update(self.lease.environ())
         return environ
 
     # --- waiting -------------------------------------------------------------------------------------------------
@@ -251,6 +279,8 @@ class LocalCall(Call):
                 self.files.remove()
             if self.server is not None:
                 rank_server_handle.pool.release(self.server)
+            if self.lease is not None:  # last: the GPUs are free once nothing of the call runs on them
+                self.lease.release()
 
     def _wait_for_exits(self) -> None:
         # The server reaps and reports every child; wait for those notices so the server goes back to the pool

@@ -11,7 +11,7 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from typing import Dict, Optional, TextIO
+from typing import Callable, Dict, Optional, TextIO
 
 _TAIL_BYTES = 256 * 1024
 
@@ -19,8 +19,11 @@ _TAIL_BYTES = 256 * 1024
 class RankOutput:
     """Output of one rank: two pipes in, one log file and (maybe) the caller's streams out."""
 
-    def __init__(self, rank: int, log_path: str, echo: bool, prefix: Optional[str]) -> None:
+    def __init__(
+        self, rank: int, log_path: str, echo: bool, prefix: Optional[str], live: Optional[Callable[[], bool]] = None
+    ) -> None:
         self.rank = rank
+        self._live = live
         self.log_path = log_path
         self._log = open(log_path, "ab", buffering=0)
         self._echo = echo
@@ -50,7 +53,7 @@ class RankOutput:
     def _show(self, stream_name: str, text: str) -> None:
         if self._prefix:
             text = self._whole_lines(stream_name, text)
-        if not text:
+        if not text or (self._live is not None and not self._live()):
             return
         target: Optional[TextIO] = sys.stdout if stream_name == "stdout" else sys.stderr
         if target is None:  # e.g. pythonw: nowhere to show it; the log file has it
@@ -65,14 +68,18 @@ class RankOutput:
         return "".join(f"{self._prefix}{line}\n" for line in lines)
 
 
-def make_outputs(log_dir: str, world_size: int, show_all_ranks: bool) -> Dict[int, RankOutput]:
-    """One :class:`RankOutput` per rank, logging to ``<log_dir>/rank_<r>.txt``."""
+def make_outputs(
+    log_dir: str, world_size: int, show_all_ranks: bool, live: Optional[Callable[[], bool]] = None
+) -> Dict[int, RankOutput]:
+    """One :class:`RankOutput` per rank, logging to ``<log_dir>/rank_<r>.txt``; shown ranks are shown while ``live()``
+    (``None``: always)."""
     return {
         rank: RankOutput(
             rank,
             os.path.join(log_dir, f"rank_{rank}.txt"),
             echo=show_all_ranks or rank == 0,
             prefix=f"[rank {rank}] " if show_all_ranks else None,
+            live=live,
         )
         for rank in range(world_size)
     }

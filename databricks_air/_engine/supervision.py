@@ -17,7 +17,9 @@ The rules:
 * a rank still running ``grace_period`` seconds after stopping began is killed;
 * a ``KeyboardInterrupt`` starts stopping every rank (:attr:`Supervisor.interrupted`); a second one, or one while
   stopping, kills them at once. Supervision goes on until every rank has ended, and the caller raises the
-  ``KeyboardInterrupt`` again once it has collected what the ranks left.
+  ``KeyboardInterrupt`` again once it has collected what the ranks left;
+* a cancel (the ``cancelled`` event, set by another thread: a call run in the background) is an interrupt that did
+  not come through a signal; it is seen within one poll.
 
 Stopping is marked before ``terminate()`` runs, so the hook can tell why (:attr:`Supervisor.stop_reason`), and an
 interrupt that lands while it runs (a slow look at the ranks before they are signalled, say) kills at once.
@@ -34,6 +36,7 @@ A sketch of a call site::
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from typing import Callable, Optional
 
@@ -64,6 +67,7 @@ class Supervisor:
         kill: Callable[[], None],
         grace_period: float,
         clock: Callable[[], float] = time.monotonic,
+        cancelled: Optional[threading.Event] = None,
     ) -> None:
         self._receive = receive
         self._running = running
@@ -71,6 +75,7 @@ class Supervisor:
         self._kill = kill
         self.grace_period = grace_period
         self._clock = clock
+        self._cancelled = cancelled
         self.stopping_since: Optional[float] = None
         """When stopping began (on ``clock``), or ``None`` while the ranks run undisturbed."""
         self.killed = False
@@ -84,6 +89,8 @@ class Supervisor:
         while self._running():
             try:
                 self._receive(self._wait_seconds(deadline))
+                if self._cancelled is not None and self._cancelled.is_set() and not self.interrupted:
+                    raise KeyboardInterrupt  # the same rules as an interrupt, below
                 if deadline is not None and self._clock() >= deadline and self.stopping_since is None:
                     self.timed_out = True
                     self.stop()
