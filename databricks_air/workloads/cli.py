@@ -15,8 +15,8 @@ import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from databricks.air.version import __version__
-from databricks.air.workloads import logs, render, runs, schema, secret_store, statuses
-from databricks.air.workloads.errors import InvalidArguments, WorkloadError
+from databricks.air.workloads import logs, paths, registry, render, runs, schema, secret_store, statuses
+from databricks.air.workloads.errors import InvalidArguments, NoSpaceLeft, WorkloadError
 
 OUTPUTS = ("text", "json")
 
@@ -410,6 +410,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as error:  # noqa: BLE001 - an internal error is reported, with its traceback under --debug
         if debug:
             raise
+        if registry.disk_full(error):  # not ours to fix: say where, in one line
+            where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+            full = NoSpaceLeft(f"no space left on device{where}: free some space on the file system of "
+                               f"{paths.air_home()} and try again")
+            print(render.error_envelope(full, time.time()) if out.json else f"Error: {full}",
+                  file=sys.stdout if out.json else sys.stderr, flush=True)
+            return full.exit_status
         wrapped = WorkloadError(f"internal error: {type(error).__name__}: {error} (rerun with --debug for the "
                                 "traceback)")
         if out.json:

@@ -51,3 +51,7 @@ class UnsupportedHere(WorkloadError):
 
     exit_status = 2
     code = "INVALID_ARGS"
+
+
+class NoSpaceLeft(WorkloadError):
+    """The file system that holds the registry (``~/.air``, or ``DATABRICKS_AIR_HOME``) is full."""

@@ -129,6 +129,7 @@ def list_item(run: Run) -> Dict[str, Any]:
         "attempt_number": state.attempt_number,
         "accelerators": spec.accelerators,
         "mlflow_run_id": mlflow_fields(run)["mlflow_run_id"],
+        **({"damage": run.damage.problem, "damaged_file": run.damage.path} if run.damage else {}),
     }
 
 
@@ -232,7 +233,9 @@ def list_text(runs: Sequence[Run]) -> str:
     rows = [[str(run.run_id), run.spec.experiment_name, run.state.status,
              local_time(run.state.started_at or run.state.submitted_at), duration(run.state.duration),
              (mlflow_fields(run)["mlflow_run_id"] or "-")[:12], run.spec.user, run.spec.accelerators] for run in runs]
-    return table(["Run ID", "Experiment", "Status", "Started", "Duration", "MLflow", "User", "Accelerators"], rows)
+    text = table(["Run ID", "Experiment", "Status", "Started", "Duration", "MLflow", "User", "Accelerators"], rows)
+    damaged = [f"run {run.run_id} is damaged: {run.damage.problem} ({run.damage.path})" for run in runs if run.damage]
+    return "\n".join([text, "", *damaged]) if damaged else text
 
 
 def status_line(run_id: int, status: str, message: Optional[str]) -> str:

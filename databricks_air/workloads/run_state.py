@@ -16,8 +16,22 @@ T = TypeVar("T")
 
 
 def _from_dict(cls: Type[T], data: Dict[str, Any]) -> T:
-    known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    """An instance of ``cls`` from its JSON object; :class:`ValueError` saying what is wrong when ``data`` is not
+    one (a list, a number, an object without the fields that have no default)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"it holds a JSON {_json_kind(data)}, not an object")
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    missing = [field.name for field in fields if field.name not in data
+               and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"it lacks {', '.join(missing)}")
+    known = {field.name for field in fields}
     return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def _json_kind(data: Any) -> str:
+    names = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(data), type(data).__name__)
 
 
 @dataclasses.dataclass

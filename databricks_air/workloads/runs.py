@@ -19,8 +19,8 @@ from databricks.air.workloads import (
     attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
 )
 from databricks.air.exceptions import RuntimeConfigurationError
-from databricks.air.workloads.errors import InvalidArguments, WorkloadError
-from databricks.air.workloads.registry import Registry, RunFolder
+from databricks.air.workloads.errors import InvalidArguments, NoSpaceLeft, WorkloadError
+from databricks.air.workloads.registry import DamagedRun, Registry, RunFolder
 from databricks.air.workloads.run_state import RunSpec, RunState
 from databricks.air.workloads.schema import MAX_TOKEN
 from databricks.air.workloads.workload import Workload
@@ -37,6 +37,9 @@ class Run:
     folder: RunFolder
     spec: RunSpec
     state: RunState
+    damage: Optional[DamagedRun] = None
+    """For ``list`` only: the run's spec or state cannot be read (its status is ``DAMAGED``, its spec a stand-in
+    with ``-`` where the spec is damaged)."""
 
     @property
     def run_id(self) -> int:
@@ -139,7 +142,12 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     def state_for(run_id: int) -> RunState:
         return RunState(run_id=run_id, status=statuses.PENDING, submitted_at=time.time(), message="submitted")
 
-    folder, created = runs.create(spec_for, state_for, key)
+    try:
+        folder, created = runs.create(spec_for, state_for, key)
+    except OSError as error:
+        if registry.disk_full(error):
+            raise _no_space(error, runs.root, "the run") from None
+        raise
     if not created:
         existing = folder.read_state()
         notes.append(f"idempotency key {key!r} already names run {folder.run_id} ({existing.status}): no new run")
@@ -155,10 +163,19 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
                           "code_source.snapshot" if "snapshot" in workload.document["code_source"] else "code_source")
         chosen.start(folder)
     except BaseException as error:
+        if registry.disk_full(error):  # nothing could be recorded whole: nothing is kept
+            runs.remove(folder, key)
+            raise _no_space(error, runs.root, f"run {folder.run_id}") from None
         reason = f"the run could not be started: {error}"
         folder.update(lambda state: _end(state, statuses.FAILED, reason))
         raise
     return Submission(load_run(folder), True, notes, workload)
+
+
+def _no_space(error: OSError, root: str, what: str) -> NoSpaceLeft:
+    return NoSpaceLeft(f"no space left on device in {root}: {what} could not be recorded, and nothing was started "
+                       f"or kept. Free some space there (or move the registry with {_variables.HOME}) and submit "
+                       "again")
 
 
 def _end(state: RunState, status: str, reason: str) -> None:
@@ -175,7 +192,8 @@ def load_run(folder: RunFolder) -> Run:
 
 
 def get(run_id: int) -> Run:
-    """The run with this id, its state brought up to date (``RunNotFound`` if there is none)."""
+    """The run with this id, its state brought up to date (``RunNotFound`` if there is none, :class:`DamagedRun`
+    if its state or spec cannot be read)."""
     if run_id <= 0:
         raise InvalidArguments(f"a run id is a positive integer, not {run_id}")
     return load_run(Registry().open(run_id))
@@ -207,8 +225,12 @@ def _matches(run: Run, filters: Mapping[str, str]) -> bool:
 
 
 def list_runs(limit: int = 20, all_status: bool = False, all_users: bool = False,
-              filters: Optional[Mapping[str, str]] = None) -> List[Run]:
-    """The newest runs first: active ones only unless ``all_status``, this user's only unless ``all_users``."""
+              filters: Optional[Mapping[str, str]] = None, damaged: bool = True) -> List[Run]:
+    """The newest runs first: active ones only unless ``all_status``, this user's only unless ``all_users``.
+
+    A run whose state or spec cannot be read is listed too, whatever ``all_status`` says (its status is unknown),
+    with ``DAMAGED`` and what is wrong (:attr:`Run.damage`); ``damaged=False`` leaves such runs out.
+    """
     if limit <= 0:
         raise InvalidArguments(f"--limit must be positive, not {limit}")
     filters = dict(filters or {})
@@ -218,13 +240,53 @@ def list_runs(limit: int = 20, all_status: bool = False, all_users: bool = False
     for folder in Registry().folders():
         try:
             run = load_run(folder)
-        except (OSError, ValueError, WorkloadError):
-            continue  # a folder being created, or damaged: list the others
-        if (all_status or not run.state.terminal) and _matches(run, filters):
+        except DamagedRun as damage:
+            if not damaged:
+                continue
+            run = _damaged_run(folder, damage)
+            if run.spec.user == "-" and not _owned_by_me(folder, filters, all_users):
+                continue
+            if run.spec.user != "-" and not _matches(run, filters):
+                continue
             found.append(run)
-            if len(found) >= limit:
-                break
+        except (OSError, ValueError, WorkloadError):
+            continue  # another user's folder that this one cannot read: list the others
+        else:
+            if not (all_status or not run.state.terminal) or not _matches(run, filters):
+                continue
+            found.append(run)
+        if len(found) >= limit:
+            break
     return found
+
+
+def _damaged_run(folder: RunFolder, damage: DamagedRun) -> Run:
+    """A damaged run as ``list`` shows it: its spec if that can be read, and the status ``DAMAGED``."""
+    try:
+        spec = folder.read_spec()
+    except DamagedRun:
+        spec = RunSpec(run_id=folder.run_id, backend="-", experiment_name="-", run_name="-", command="",
+                       accelerator_type="-", num_accelerators=0, accelerators="-", plan={}, max_retries=0,
+                       timeout_seconds=None, timeout_minutes=None, env_variables={}, secrets={}, dependencies=None,
+                       base_dir="", has_parameters=False, submit_dir="", user="-", idempotency_key="", code_path="")
+    try:
+        made = os.stat(folder.path).st_mtime
+    except OSError:
+        made = time.time()
+    state = RunState(run_id=folder.run_id, status=statuses.DAMAGED, submitted_at=made, message=damage.problem)
+    return Run(folder, spec, state, damage)
+
+
+def _owned_by_me(folder: RunFolder, filters: Mapping[str, str], all_users: bool) -> bool:
+    """For a run without a readable spec: only a user filter can be checked, by the folder's owner."""
+    if set(filters) - {"user"} or filters.get("user", _user()) != _user():
+        return False  # an experiment or accelerator filter cannot match what cannot be read
+    if all_users:
+        return True
+    try:
+        return os.stat(folder.path).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 @dataclasses.dataclass
@@ -236,8 +298,8 @@ class CancelResult:
 
 
 def active_runs() -> List[Run]:
-    """This user's runs that have not ended (what ``cancel --all`` stops)."""
-    return list_runs(limit=1 << 30)
+    """This user's runs that have not ended (what ``cancel --all`` stops; damaged runs are not known to run)."""
+    return list_runs(limit=1 << 30, damaged=False)
 
 
 def cancel(run_ids: Sequence[int], wait_seconds: float = 30.0) -> CancelResult:

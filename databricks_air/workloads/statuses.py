@@ -12,6 +12,8 @@ FAILED = "FAILED"
 CANCELED = "CANCELED"
 TIMEDOUT = "TIMEDOUT"
 """The last attempt ran past ``timeout_minutes``."""
+DAMAGED = "DAMAGED"
+"""Ours, for ``list`` only: the run's ``state.json`` or ``spec.json`` cannot be read, so its status is unknown."""
 DRY_RUN_OK = "DRY_RUN_OK"
 """``run --dry-run``: the file is valid; nothing was started."""
 
