@@ -4,10 +4,16 @@ The log (``node_<n>.log``) holds the command's stdout and stderr, byte for byte 
 becomes ``[REDACTED]``. Beside it, ``node_<n>.times`` records when each part arrived (an offset and a time, at most
 four a second), so ``air logs --minutes`` and the JSON events can say when a line was printed. Each complete line
 is matched against :mod:`databricks.air.log_patterns`; a match is handed to ``on_alert``.
+
+A log that cannot be written (a full disk) is not an error of the reader that feeds it: the output records why in
+:attr:`NodeOutput.failure` (``no space left on device while writing node 0's log (PATH)``) and drops what comes
+after, so that whoever copies the command's output goes on reading it (a command blocked on a full pipe would never
+end); the supervisor sees the failure, stops the command and fails the attempt with it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -30,8 +36,14 @@ class NodeOutput:
     """Feed it the node's output bytes as they come (from any one thread at a time)."""
 
     def __init__(self, log_path: str, times_path: str, secrets: Iterable[str] = (),
-                 on_alert: Optional[AlertHandler] = None, echo: Optional[BinaryIO] = None) -> None:
+                 on_alert: Optional[AlertHandler] = None, echo: Optional[BinaryIO] = None,
+                 name: str = "the log") -> None:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        self.name = name
+        """What the log is, in :attr:`failure` (``node 0's log``)."""
+        self.path = log_path
+        self.failure: Optional[str] = None
+        """Why the log could not be written (then nothing more is); ``None`` while all is well."""
         self._log = open(log_path, "ab", buffering=0)
         self._times = open(times_path, "ab", buffering=0)
         self._secrets = sorted({s.encode() for s in secrets if len(s) >= MIN_REDACTED_LENGTH}, key=len, reverse=True)
@@ -51,6 +63,8 @@ class NodeOutput:
 
     def feed(self, data: bytes) -> None:
         with self._lock:
+            if self.failure is not None:
+                return
             if self._secrets:
                 data = self._redact(self._pending + data)
                 keep = min(self._hold, len(data))
@@ -70,10 +84,14 @@ class NodeOutput:
         if not data:
             return
         now = time.time()
-        if now - self._last_time >= TIME_STEP:
-            write_time(self._times, self._written, now)
-            self._last_time = now
-        self._log.write(data)
+        try:
+            if now - self._last_time >= TIME_STEP:
+                write_time(self._times, self._written, now)
+                self._last_time = now
+            _write_all(self._log, data)
+        except OSError as error:
+            self._failed(error)
+            return
         self._written += len(data)
         if self._echo is not None:
             self._echo.write(data)
@@ -94,16 +112,35 @@ class NodeOutput:
         for found in log_patterns.scan([text.split("\r")[-1] if "\r" in text else text], start=self._line_number):
             self._on_alert(found)
 
+    def _failed(self, error: OSError) -> None:
+        full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+        what = "no space left on device" if full else (error.strerror or str(error)).lower()
+        self.failure = f"{what} while writing {self.name} ({self.path})"
+
     def close(self) -> None:
         """Write what is held back and scan the last line."""
         with self._lock:
-            pending, self._pending = self._pending, b""
-            self._write(self._redact(pending))
-            if self._line:
-                self._scan(self._line)
-                self._line = b""
-            self._log.close()
-            self._times.close()
+            if self.failure is None:
+                pending, self._pending = self._pending, b""
+                self._write(self._redact(pending))
+                if self._line:
+                    self._scan(self._line)
+                    self._line = b""
+            for stream in (self._log, self._times):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered file (which may take only part of it, as a nearly full disk does)."""
+    view = memoryview(data)
+    while view:
+        written = stream.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def write_time(stream: BinaryIO, offset: int, when: float) -> None:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
@@ -78,8 +78,12 @@ class Supervisor:
             return self._run()
         except BaseException as error:  # noqa: BLE001 - whatever happens, the run must not stay active
             traceback.print_exc(file=sys.stderr)
-            reason = str(error) if isinstance(error, WorkloadError) else (
-                f"the supervisor failed: {type(error).__name__}: {error}")
+            if registry.disk_full(error):
+                where = f" while writing {error.filename}" if error.filename else ""  # type: ignore[attr-defined]
+                reason = f"no space left on device{where}"
+            else:
+                reason = str(error) if isinstance(error, WorkloadError) else (
+                    f"the supervisor failed: {type(error).__name__}: {error}")
             self._finish(statuses.FAILED, reason)
             return statuses.FAILED
 
@@ -179,7 +183,7 @@ class Supervisor:
             NodeOutput(log_paths[node], self.folder.node_times(number, node),
                        secret_store.known_values(self.environ, secrets),
                        on_alert=lambda found, node=node: self._alert(number, node, found),
-                       echo=self.echo(number, node) if self.echo else None)
+                       echo=self.echo(number, node) if self.echo else None, name=f"node {node}'s log")
             for node in range(plan.num_nodes)
         ]
         status, reason, codes, final = statuses.FAILED, "", None, False
@@ -191,7 +195,8 @@ class Supervisor:
                 tracked.start()
             group.start(launch)
             self._update(owner_update={"attempt": group.owner()})
-            status, reason, codes = self._wait(group, started, timeout)
+            status, reason, codes = self._wait(group, started, timeout, outputs)
+            final = any(output.failure for output in outputs)  # another attempt would fill the same disk
         except environments.DependencyInstallError as error:
             status, reason, final = statuses.FAILED, str(error), True
         except Exception as error:  # noqa: BLE001 - an attempt that cannot start is a failed attempt
@@ -245,12 +250,21 @@ class Supervisor:
             for node in range(plan.num_nodes)
         ]
 
-    def _wait(self, group: NodeGroup, started: float,
-              timeout: Optional[float]) -> Tuple[str, str, Optional[List[int]]]:
+    def _wait(self, group: NodeGroup, started: float, timeout: Optional[float],
+              outputs: Sequence[NodeOutput] = ()) -> Tuple[str, str, Optional[List[int]]]:
         deadline = None if timeout is None else started + timeout
         while True:
             codes = group.wait(_POLL_SECONDS)
+            lost = next((output.failure for output in outputs if output.failure), None)
+            if lost is not None:  # a log that cannot be written (a full disk): the attempt ends here
+                if codes is None:
+                    group.stop()
+                    lost += "; the command was stopped"
+                return statuses.FAILED, lost, None
             if codes is not None:
+                failure = group.failure()
+                if failure is not None:  # not the command's doing (its keeper was killed)
+                    return statuses.FAILED, failure, codes
                 if all(code == 0 for code in codes):
                     return statuses.SUCCESS, "", codes
                 return statuses.FAILED, f"the command failed ({exit_codes_summary(codes)})", codes

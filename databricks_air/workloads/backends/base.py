@@ -114,6 +114,11 @@ class NodeGroup(abc.ABC):
     def close(self) -> None:
         """Give back what :meth:`NodeLauncher.reserve` took (called once, however the attempt ended)."""
 
+    def failure(self) -> Optional[str]:
+        """Once :meth:`wait` has the exit codes: why the attempt failed, where that is not the command's doing (a
+        keeper that was killed); ``None`` otherwise."""
+        return None
+
     def owner(self) -> Dict[str, Any]:
         """What the registry records of the running attempt (pids, a placement group), for ``get`` and clean-up."""
         return {}

@@ -13,7 +13,10 @@ be found by walking ``/proc``. It stops them all (SIGTERM, then SIGKILL after th
 * it gets SIGTERM (a timeout or a cancel: the supervisor asks), or
 * its stdin reaches end of file: the supervisor is gone, even after a SIGKILL, and the command must not outlive it.
 
-It exits only once no descendant is left.
+It exits only once no descendant is left. The command runs in a session of its own, with a parent death signal
+(SIGKILL): should the keeper itself be killed, bash dies with it, and whatever else is left (bash's children,
+torchrun's workers, which no parent death signal covers) is re-parented to the nearest subreaper above, the
+local supervisor, which stops it the same way (:func:`stop_descendants`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List, Sequence, Set
 
 from databricks.air._engine.processes import become_subreaper, kill_group, set_parent_death_signal
 
@@ -66,6 +69,55 @@ def _reap() -> Dict[int, int]:
         ended[pid] = status
 
 
+def stop_descendants(root: int, grace: float, reap: Callable[[Set[int]], None], groups: Sequence[int] = ()) -> None:
+    """SIGTERM to every live process below ``root`` (and to the process ``groups``), SIGKILL to those left after
+    ``grace`` seconds; return once none is left. ``root`` must be a subreaper, or this process: ``reap(seen)`` is
+    called as they end, with every pid seen so far, to collect those that became ``root``'s children."""
+    seen: Set[int] = set()
+
+    def below() -> List[int]:
+        found = descendants(root)
+        seen.update(found)
+        return found
+
+    left = below()
+    if not left:  # the usual end: the command left nothing behind
+        reap(seen)
+        return
+    for group in groups:
+        kill_group(group, signal.SIGTERM)
+    for pid in left:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while below() and time.monotonic() < deadline:
+        reap(seen)
+        time.sleep(_POLL_SECONDS)
+    for _ in range(200):  # a process may fork while it is being killed: repeat until nothing is left
+        left = below()
+        if not left:
+            break
+        for group in groups:
+            kill_group(group, signal.SIGKILL)
+        for pid in left:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(_POLL_SECONDS / 5)
+        reap(seen)
+    reap(seen)
+
+
+def reap_these(pids: Set[int]) -> None:
+    """Collect those of ``pids`` that ended as children of this process (never touching any other child, which
+    ``subprocess`` may be waiting for)."""
+    for pid in list(pids):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not (or no longer) a child of ours: its parent reaps it
+            pids.discard(pid)
+            continue
+        if done:
+            pids.discard(pid)
+
+
 class Keeper:
     """The command and what it started."""
 
@@ -87,27 +139,7 @@ class Keeper:
 
     def stop_all(self, grace: float) -> None:
         """SIGTERM to every descendant, SIGKILL to those left after ``grace``; return once none is left."""
-        left = descendants(self.me)
-        if not left:  # the usual end: the command left nothing behind
-            self._note(_reap())
-            return
-        kill_group(self.command.pid, signal.SIGTERM)
-        for pid in left:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while descendants(self.me) and time.monotonic() < deadline:
-            self._note(_reap())
-            time.sleep(_POLL_SECONDS)
-        for _ in range(200):  # a process may fork while it is being killed: repeat until nothing is left
-            left = descendants(self.me)
-            if not left:
-                break
-            kill_group(self.command.pid, signal.SIGKILL)
-            for pid in left:
-                _signal(pid, signal.SIGKILL)
-            time.sleep(_POLL_SECONDS / 5)
-            self._note(_reap())
-        self._note(_reap())
+        stop_descendants(self.me, grace, lambda _seen: self._note(_reap()), groups=[self.command.pid])
 
     def serve(self) -> int:
         """Wait for the command, a stop, or the supervisor's end; stop everything; return the command's status

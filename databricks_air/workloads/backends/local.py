@@ -106,6 +106,7 @@ class LocalBackend(Backend):
 
     def start(self, folder: RunFolder) -> None:
         spec = folder.read_spec()
+        folder.reserve_space()  # room to record the run's end should its output fill the disk
         with open(folder.file("supervisor.log"), "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", local_supervisor.__name__, folder.path],
@@ -116,7 +117,12 @@ class LocalBackend(Backend):
                 start_new_session=True,
             )
         owner = {"supervisor_pid": process.pid, "supervisor_started": process_start_time(process.pid)}
-        folder.update(lambda state: state.owner.update(owner))
+        try:
+            folder.update(lambda state: state.owner.update(owner))
+        except BaseException:
+            process.kill()  # a supervisor that the registry does not know of must not run the workload
+            process.wait()
+            raise
 
     def request_cancel(self, folder: RunFolder, state: RunState) -> None:
         folder.request_cancel()  # first: a supervisor that is only starting looks at it before every attempt
@@ -136,7 +142,8 @@ class LocalBackend(Backend):
             reason = "the run was never handed to a supervisor (its submission was interrupted)"
         else:
             reason = (f"the supervisor (pid {pid}) ended unexpectedly, killed or crashed; the command and every "
-                      f"process it started were stopped with it (its messages: {folder.file('supervisor.log')})")
+                      f"process it started were stopped with it (its messages: {folder.file('supervisor.log')})"
+                      + _full_disk_note(folder.path))
         canceled = folder.cancel_requested
         ended = {}
 
@@ -151,13 +158,24 @@ class LocalBackend(Backend):
                 ended.update(current.attempts[-1])
             current.owner.pop("attempt", None)
 
-        state = folder.update(change)
-        if ended.get("mlflow_run_id") and state.tracking_uri:
+        state, saved = folder.update_or_show(change)  # a full disk: shown as it is, saved by a later reader
+        if saved and ended.get("mlflow_run_id") and state.tracking_uri:
             try:
                 attempt_tracking.end_orphaned(state.tracking_uri, ended["mlflow_run_id"], state.message or reason)
             except Exception as error:  # noqa: BLE001 - the registry's state is what matters; MLflow is best effort
                 print(f"air: could not end MLflow run {ended['mlflow_run_id']}: {error}", file=sys.stderr)
         return state
+
+
+def _full_disk_note(path: str) -> str:
+    """``; the disk of PATH is full...`` when it is, the likely reason a supervisor died without a word."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return ""
+    if stats.f_bavail * stats.f_frsize >= 4096:
+        return ""
+    return f"; the file system of {path} is full, which is the likely cause"
 
 
 def _first_devices(count: int, available: int) -> Optional[str]:

@@ -1,4 +1,10 @@
-"""The local backend's :class:`~.base.NodeLauncher`: one node, this machine, its command under a keeper."""
+"""The local backend's :class:`~.base.NodeLauncher`: one node, this machine, its command under a keeper.
+
+The keeper runs in a session of its own (a signal to the supervisor's process group does not reach it: it sees its
+supervisor go and stops the command itself). If the keeper is killed, the command's processes that outlive it are
+re-parented to this process, a subreaper (:mod:`.local_supervisor`), and the group stops them before it reports
+the attempt: nothing of the command outlives its keeper.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +22,21 @@ from databricks.air.workloads.node_output import NodeOutput
 from databricks.air.workloads.run_state import NodePlan
 
 _DRAIN_SECONDS = 5.0  # after the keeper exits, its output pipe has no writer left; this is only a safety net
+_ORPHAN_GRACE_SECONDS = 1.0
+"""SIGTERM to SIGKILL for what a killed keeper left behind (as the keeper gives a command whose supervisor died)."""
 
 
 class LocalNodeGroup(NodeGroup):
     """This machine as node 0: the keeper of its command and the thread that copies its output into the log."""
 
-    def __init__(self) -> None:
+    def __init__(self, adopts_orphans: bool = False) -> None:
+        self.adopts_orphans = adopts_orphans
+        """This process is a subreaper, and nothing but the keeper is its child during an attempt: what a killed
+        keeper leaves behind comes back to it, and is stopped. (Elsewhere it goes to init, out of reach.)"""
         self.launch: Optional[AttemptLaunch] = None
         self.process: Optional[subprocess.Popen] = None
         self._reader: Optional[threading.Thread] = None
+        self._lost: Optional[str] = None
 
     def master_address(self) -> str:
         return "127.0.0.1"
@@ -43,6 +55,7 @@ class LocalNodeGroup(NodeGroup):
             stdin=subprocess.PIPE,  # never written: its end of file tells the keeper that we are gone
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._reader = threading.Thread(target=copy_output, args=(self.process.stdout, launch.outputs[0]),
                                         daemon=True, name="node 0 output")
@@ -54,8 +67,28 @@ class LocalNodeGroup(NodeGroup):
             status = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        if status < 0:  # the keeper itself was killed (it exits with a code, never by a signal, of its own accord)
+            self._stop_orphans(status)
         self._reader.join(_DRAIN_SECONDS)
         return [keeper.exit_code(status)]
+
+    def _stop_orphans(self, status: int) -> None:
+        """Stop what the killed keeper's command left: it was re-parented to this process, a subreaper."""
+        assert self.process is not None
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        if self.adopts_orphans:
+            keeper.stop_descendants(os.getpid(), _ORPHAN_GRACE_SECONDS, keeper.reap_these)
+            self._lost = (f"node 0's keeper (pid {self.process.pid}) was killed by {name}; every process of the "
+                          "command was stopped with it")
+        else:
+            self._lost = (f"node 0's keeper (pid {self.process.pid}) was killed by {name}; the processes its "
+                          "command started may still run")
+
+    def failure(self) -> Optional[str]:
+        return self._lost
 
     def stop(self) -> None:
         if self.process is None or self.launch is None:
@@ -67,6 +100,8 @@ class LocalNodeGroup(NodeGroup):
         except subprocess.TimeoutExpired:
             self.process.kill()  # the keeper itself is stuck: bash dies with it (parent death signal)
             self.process.wait()
+        if self.process.returncode < 0 and self._lost is None:  # what the killed keeper left came back to us
+            self._stop_orphans(self.process.returncode)
         if self._reader is not None:
             self._reader.join(_DRAIN_SECONDS)
 
@@ -75,7 +110,8 @@ class LocalNodeGroup(NodeGroup):
 
 
 def copy_output(stream: Any, output: NodeOutput) -> None:
-    """Copy a pipe into a node's output until its end."""
+    """Copy a pipe into a node's output until its end (once the output cannot be written, e.g. on a full disk,
+    it drops what comes: the pipe is read to its end all the same, so the command never blocks on it)."""
     fd = stream.fileno()
     while True:
         data = os.read(fd, 1 << 16)
@@ -86,8 +122,11 @@ def copy_output(stream: Any, output: NodeOutput) -> None:
 
 
 class LocalNodes(NodeLauncher):
-    """This machine, as the one node of a run."""
+    """This machine, as the one node of a run; ``adopts_orphans``: see :attr:`LocalNodeGroup.adopts_orphans`."""
+
+    def __init__(self, adopts_orphans: bool = False) -> None:
+        self.adopts_orphans = adopts_orphans
 
     def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
                 say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
-        return LocalNodeGroup()
+        return LocalNodeGroup(self.adopts_orphans)
