@@ -226,3 +226,21 @@ def test_a_log_that_cannot_be_written_says_why_and_takes_what_comes_without_rais
     output.feed(b"x" * 1_000_000)  # dropped: the reader of the command's output goes on
     output.write_note("ERROR: Script failed")
     output.close()
+
+
+def test_a_keeper_killed_with_its_supervisor_leaves_nothing_once_the_run_is_looked_at(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    path = write_workload(tmp_path, command=TREE, env_variables={"AIR_TEST_MARKER": marker})
+    run_id = submit(path)
+    running = wait_for(run_id, lambda s: s.status == "RUNNING" and "attempt" in s.owner)
+    assert wait_until(lambda: len(processes_with_marker(marker)) >= 5, timeout=30), processes_with_marker(marker)
+    supervisor, keeper = running.owner["supervisor_pid"], running.owner["attempt"]["keeper_pid"]
+    os.kill(supervisor, signal.SIGKILL)  # both at once: nothing that could stop the command is left
+    os.kill(keeper, signal.SIGKILL)
+    assert wait_until(lambda: not psutil.pid_exists(keeper) or
+                      psutil.Process(keeper).status() == psutil.STATUS_ZOMBIE, timeout=5)
+    got = envelope(air("get", str(run_id), "-o", "json"))["data"]  # the reader notices, and stops what is left
+    assert got["status"] == "FAILED" and f"the supervisor (pid {supervisor}) ended unexpectedly" in got["message"]
+    assert "left without their keeper were killed now" in got["message"]
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5), [
+        (p.pid, p.cmdline()) for p in processes_with_marker(marker)]

@@ -56,6 +56,35 @@ def descendants(pid: int) -> List[int]:
     return found
 
 
+def with_variable(name: str, value: str) -> List[int]:
+    """Every live process of this user whose environment has ``name=value`` (as its command's processes have
+    ``CODE_SOURCE_PATH``, unless they changed it): what is left of a command whose keeper is gone too."""
+    wanted = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as stream:
+                variables = stream.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as stream:
+                zombie = stream.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:  # gone, or another user's
+            continue
+        if wanted in variables and not zombie:
+            found.append(int(entry))
+    return found
+
+
+def is_keeper(pid: int) -> bool:
+    """Whether ``pid`` runs this module."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            return __name__.encode() in stream.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def _reap() -> Dict[int, int]:
     """Collect every ended child: ``pid -> status`` as ``waitpid`` gives it."""
     ended = {}

@@ -18,9 +18,9 @@ from typing import List, Optional
 
 from databricks.air import _variables, compute
 from databricks.air.workloads import attempt_tracking, statuses
-from databricks.air.workloads.backends import local_supervisor
+from databricks.air.workloads.backends import keeper, local_supervisor
 from databricks.air.workloads.backends.base import Backend
-from databricks.air.workloads.errors import UnsupportedHere
+from databricks.air.workloads.errors import UnsupportedHere, WorkloadError
 from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import NodePlan, RunState
 from databricks.air.workloads.workload import Workload
@@ -141,9 +141,11 @@ class LocalBackend(Backend):
                 return state  # being submitted right now
             reason = "the run was never handed to a supervisor (its submission was interrupted)"
         else:
+            left = _stop_leftovers(folder)
             reason = (f"the supervisor (pid {pid}) ended unexpectedly, killed or crashed; the command and every "
-                      f"process it started were stopped with it (its messages: {folder.file('supervisor.log')})"
-                      + _full_disk_note(folder.path))
+                      f"process it started were stopped with it"
+                      + (f" ({left} left without their keeper were killed now)" if left else "")
+                      + f" (its messages: {folder.file('supervisor.log')})" + _full_disk_note(folder.path))
         canceled = folder.cancel_requested
         ended = {}
 
@@ -165,6 +167,31 @@ class LocalBackend(Backend):
             except Exception as error:  # noqa: BLE001 - the registry's state is what matters; MLflow is best effort
                 print(f"air: could not end MLflow run {ended['mlflow_run_id']}: {error}", file=sys.stderr)
         return state
+
+
+def _stop_leftovers(folder: RunFolder) -> int:
+    """Kill what is left of the run's command when its supervisor and its keeper were both killed (a keeper that
+    lives stops the command itself); the command's processes are known by their ``CODE_SOURCE_PATH``. How many."""
+    try:
+        code_path = folder.read_spec().code_path
+    except WorkloadError:
+        return 0
+    found = keeper.with_variable("CODE_SOURCE_PATH", code_path)
+    if not found or any(keeper.is_keeper(pid) for pid in found):
+        return 0
+    killed = set()
+    for _ in range(20):  # a process may fork while it is being killed: until none is left
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        killed.update(found)
+        time.sleep(0.05)
+        found = keeper.with_variable("CODE_SOURCE_PATH", code_path)
+        if not found:
+            break
+    return len(killed)
 
 
 def _full_disk_note(path: str) -> str:
