@@ -19,6 +19,7 @@ import re
 from typing import List, Pattern, Sequence, Set, Tuple
 
 from air_migrate.rule_base import PrefixStatement
+from air_migrate.todo_markers import PREFIX_BYTES
 
 TRIGGER_WORDS = ("serverless_gpu", "serverless-gpu", "GPUType", "TorchDistributor")
 """A file (or cell) that holds none of these, nor an old keyword argument, has nothing a rule changes."""
@@ -41,8 +42,8 @@ def mentions_any(data: bytes) -> bool:
     """
     if b"erverless" in data and _ANY_CASE_BYTES.search(data):  # also `Serverless-GPU` on a pip line
         return True
-    if b"GPUType" in data or b"TorchDistributor" in data:
-        return True
+    if b"GPUType" in data or b"TorchDistributor" in data or PREFIX_BYTES in data:
+        return True  # (a marker an earlier run left stays reported until it is deleted)
     if (b"gpu" in data and (b"gpus" in data or b"gpu_type" in data)) or b"accelerator_type" in data:
         return _KEYWORDS_BYTES.search(data) is not None
     return False

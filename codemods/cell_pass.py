@@ -14,8 +14,9 @@ top-level statements that hold a word a rule asks for, and the earlier cells' im
 
 The statements of the cell's prefix (earlier cells' imports, put first so that names resolve across cells) are
 neither visited nor changed. With ``todo_comments``, each statement holding an item for a person gets a marker
-comment (:mod:`air_migrate.todo_markers`); :meth:`PreparedCell.markers_only` gives the cell as read with only
-those markers, for a file whose changes are held back.
+comment (:mod:`air_migrate.todo_markers`), and without it each such statement that a rule changed does;
+:meth:`PreparedCell.markers_only` gives the cell as read with only those markers, for a file whose changes are held
+back.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class CellOutcome:
     """In the order the rules reported them; positions in the parsed text (prefix included)."""
     marks: Dict[libcst.CSTNode, List[Finding]]
     """Original statement -> the findings for a person inside it (what gets a TODO marker)."""
+    lasting: Dict[libcst.CSTNode, List[Finding]] = dataclasses.field(default_factory=dict)
+    """Statement of :attr:`module` (unchanged, unmarked) -> its items whose reason a write of the file takes away
+    (:attr:`~air_migrate.rule_base.Finding.lasting`): marked when the file changes (:meth:`PreparedCell.mark`)."""
 
 
 def prepare_cell(
@@ -149,7 +153,13 @@ class PreparedCell:
         suppression comment hides gets no TODO marker."""
         traversal = _Traversal(self, todo_comments, suppressed)
         module = self.module.visit(traversal)
-        return CellOutcome(module, list(self.findings), traversal.marks)
+        return CellOutcome(module, list(self.findings), traversal.marks, traversal.lasting)
+
+    def mark_lasting(self, outcome: CellOutcome) -> libcst.Module:
+        """The transformed cell with the markers of its lasting items too, for a file that changes."""
+        if not outcome.lasting:
+            return outcome.module
+        return outcome.module.visit(MarkerInserter(outcome.lasting, self.newline))
 
     def markers_only(self, marks: Dict[libcst.CSTNode, List[Finding]]) -> libcst.Module:
         """The cell as read, with only the TODO markers of ``marks`` added."""
@@ -410,6 +420,7 @@ class _Traversal(libcst.CSTTransformer):
         self._words = cell.words
         self._passed: set = set()  # nested statements not traversed
         self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
+        self.lasting: Dict[libcst.CSTNode, List[Finding]] = {}
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
         if node in self._skipped:
@@ -462,8 +473,13 @@ class _Traversal(libcst.CSTTransformer):
             return result
         self._claimed.update(index for index, _ in findings)
         self.marks[original] = [finding for _, finding in findings]
-        if self._todo and isinstance(result, STATEMENTS):
+        # A statement the rules changed may no longer show what its items were found on: it gets its markers even
+        # without --todo-comments, so that they stay reported (the module is only written when changes are).
+        changed = any(not (finding.attention or finding.info) for finding in self._cell.findings[start:])
+        if (self._todo or changed) and isinstance(result, STATEMENTS):
             module = self._cell.module
             header = module.header if module.body and original is module.body[0] else ()
             result = add_markers(result, self.marks[original], header, self._cell.newline)
+        elif isinstance(result, STATEMENTS) and any(finding.lasting for _, finding in findings):
+            self.lasting[result] = self.marks[original]  # marked if the file changes (see CellOutcome.lasting)
         return result

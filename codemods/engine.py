@@ -34,12 +34,13 @@ import libcst
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate import suppressions
 from air_migrate.driver_codes import DRIVER_CODES, SKIPPED_CELL, UNUSED_SUPPRESSION
-from air_migrate.results import CHANGE, ERROR, FileResult, Record
+from air_migrate.results import CHANGE, ERROR, REVIEW, FileResult, Record
 from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule
 from air_migrate.cell_pass import CellOutcome, PreparedCell, prepare_cell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 from air_migrate.suppressions import Suppression
 from air_migrate.syntax_errors import SyntaxProblem, describe, looks_like_shell
+from air_migrate.todo_markers import LEFT_NOTE, PREFIX_BYTES, left_markers
 
 __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 
@@ -90,12 +91,15 @@ def migrate_file(
     for unit in parsed:
         unit.outcome = unit.prepared.run(todo_comments, _suppressed_in(found_suppressions, unit))
         _record_findings(result, source, unit)
+    if PREFIX_BYTES in data:
+        _report_left_markers(result, source, rules)
     if found_suppressions:
         _apply_suppressions(result, source, found_suppressions, rules)
     apply_changes = partial or not result.blocked
+    changes = apply_changes and any(record.severity in (CHANGE, REVIEW) for record in result.records)
     new_texts: Dict[int, str] = {}
     for unit in parsed:
-        text = _new_text(unit, apply_changes, todo_comments)
+        text = _new_text(unit, apply_changes, todo_comments, changes)
         if text is None:
             return _internal_error(result, unit.cell.number)
         if text != unit.cell.text:
@@ -245,11 +249,13 @@ def _fix_lines(text: str, line_rules: Sequence[LineRule], shell: bool = False) -
     return "".join(lines)
 
 
-def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool) -> Optional[str]:
-    """The cell's new (masked) Python text; ``None`` when it does not parse (a rule's bug: never write it)."""
+def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool, changes: bool = False) -> Optional[str]:
+    """The cell's new (masked) Python text; ``None`` when it does not parse (a rule's bug: never write it).
+    ``changes``: the file is written with changes, which take away the reason of its lasting items (they are
+    marked then)."""
     assert unit.outcome is not None
     if apply_changes:
-        module = unit.outcome.module
+        module = unit.prepared.mark_lasting(unit.outcome) if changes else unit.outcome.module
     elif todo_comments and unit.outcome.marks:
         module = unit.prepared.markers_only(unit.outcome.marks)
     else:
@@ -310,6 +316,27 @@ def _record(
             end_line + offset if end_line is not None else None, end_column, before, after, error, info,
         )
     )
+
+
+def _report_left_markers(result: FileResult, source: SourceFile, rules: Sequence[AnyRule]) -> None:
+    """Report each ``# TODO(air-migrate AMxxx)`` marker an earlier run left whose item this run does not report in
+    the statement below it (the rewrite took away what it was found on, or a person changed the code but left the
+    marker): the item stays reported, at that statement, until the marker is deleted or the item suppressed."""
+    active = {code for rule in rules for code in (rule.CODE, *rule.REPORTS)}
+    for cell in source.cells:
+        if not cell.code or cell.text is None:
+            continue
+        offset = cell.first_line - 1 if source.kind == "databricks" else 0
+        for marker in left_markers(cell.text):
+            if marker.code not in active:
+                continue
+            first, last = (line + offset for line in marker.statement)
+            live = any(record.code == marker.code and record.attention and first <= record.line <= last
+                       and record.cell == (cell.number if source.kind != "python" else None)
+                       for record in result.records)
+            if not live:
+                _record(result, source, cell, marker.code, cell.unmask(marker.message) + LEFT_NOTE,
+                        marker.statement[0], marker.column, attention=True)
 
 
 def _suppressed_in(found: Sequence[Suppression], unit: _ParsedCell) -> Optional[Callable[[Finding], bool]]:

@@ -59,6 +59,9 @@ class Finding:
     """For a change: the source that replaces ``before``."""
     info: bool = False
     """A note: nothing was rewritten and nothing needs doing (a mention of the old package in prose)."""
+    lasting: bool = False
+    """An item for a person whose statement the rewrite leaves as it is, but whose reason it takes away (Spark set-up
+    is reported while ``TorchDistributor`` is used): a write still leaves its marker, so it stays reported."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,11 +181,13 @@ class Rule(libcst.CSTTransformer):
         review: bool = False,
         after: Union[libcst.CSTNode, str, None] = None,
         info: bool = False,
+        lasting: bool = False,
     ) -> None:
         """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own.
 
         ``after`` is what replaces ``node``, for a change (a node, or ``""`` for a removal); the report shows both
-        as source. ``info`` makes it a note that needs nothing done (it never fails ``--check``).
+        as source. ``info`` makes it a note that needs nothing done (it never fails ``--check``); ``lasting`` an
+        item that a write marks even where it does not change its statement (:attr:`Finding.lasting`).
         """
         where = self.get_metadata(PositionProvider, node)
         if isinstance(after, libcst.CSTNode):
@@ -190,7 +195,7 @@ class Rule(libcst.CSTTransformer):
         self.findings.append(
             Finding(
                 code or self.CODE, where.start.line, where.start.column + 1, message, attention or blocking, blocking,
-                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after, info,
+                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after, info, lasting,
             )
         )
 

@@ -4,7 +4,8 @@ A case is a folder holding ``input.py``, a Databricks notebook source. The same 
 without their ``# MAGIC`` cells, a plain script (a case with a ``%%`` cell magic has no script form). A file
 ``arguments`` holds extra command-line arguments (``--partial``). ``expected/`` holds, for each form, the exact file
 after ``air-migrate`` in write mode (``*.out``) and ``report.txt``: per form, the exit codes of write, ``--diff`` and
-``--check`` mode, then the exact report lines.
+``--check`` mode and of ``--check`` once the file is written (0: nothing left; 1: an item still needs a person, so
+it is still reported), then the exact report lines.
 
 ``AIR_MIGRATE_UPDATE_GOLDEN=1`` rewrites ``expected/`` from the current output instead of comparing with it.
 """
@@ -21,6 +22,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from air_migrate.cli import main
+from air_migrate.todo_markers import LEFT_NOTE
 
 FORMS = ("script.py", "databricks.py", "notebook.ipynb")
 UPDATE = os.environ.get("AIR_MIGRATE_UPDATE_GOLDEN") == "1"
@@ -105,8 +107,9 @@ def report_lines(out: str, name: str) -> List[str]:
 
 
 def _record(line: str) -> str:
-    """A report line without its position (``AMxxx severity message``), which a rewrite above it may move."""
-    return line[line.index(" AM"):]
+    """A report line without its position (``AMxxx severity message``), which a rewrite above it may move, nor the
+    note that says a marker left by the write is what reports it now."""
+    return line[line.index(" AM"):].replace(LEFT_NOTE, "")
 
 
 def expected_report(golden: Path, case: str) -> Dict[str, Tuple[str, List[str]]]:
@@ -152,8 +155,9 @@ def check_golden(golden: Path, case: str, form: str, workdir: Path, capsys: pyte
     """Run one case in one form through the command line and compare everything with ``expected/``.
 
     Checks: the report and the exit codes of write, ``--diff`` and ``--check`` mode, the written bytes, that neither
-    ``--diff`` nor ``--check`` writes, ``git apply --check`` of the ``--diff`` output (for ``.py`` forms), and a
-    second run that changes and rewrites nothing.
+    ``--diff`` nor ``--check`` writes, ``git apply --check`` of the ``--diff`` output (for ``.py`` forms), a second
+    run that changes and rewrites nothing, and the exit code of ``--check`` after the write, which fails exactly
+    while an item for a person is left (an item is never dropped by the write that leaves it).
     """
     source = forms(golden, case)[form].encode()
     path = workdir / form
@@ -167,8 +171,13 @@ def check_golden(golden: Path, case: str, form: str, workdir: Path, capsys: pyte
         assert_diff_applies(diff)
     write_code, _ = run_cli([*extra, form], capsys)
     output = path.read_bytes()
-    codes = f"write {write_code}, diff {diff_code}, check {check_code}"
+    after_code, after_out = run_cli([*extra, "--check", form], capsys)
+    assert path.read_bytes() == output
+    codes = f"write {write_code}, diff {diff_code}, check {check_code}, check after write {after_code}"
     report = report_lines(check_out, form)
+    left = [line for line in report if " manual " in line or " blocking " in line]
+    if output != source or not left:  # (a blocked file keeps its changes pending: --check fails on them anyway)
+        assert (after_code == 1) == bool(left), after_out  # an item for a person stays reported until resolved
 
     if output != source:  # (a file left as it is would only be read again the same way)
         again_code, again_out = run_cli([*extra, form], capsys)

@@ -19,6 +19,7 @@ from air_migrate import runner
 from air_migrate.cli import main
 from air_migrate.discovery import discover
 from air_migrate.writing import WriteError, write_atomically
+from air_migrate.todo_markers import LEFT_NOTE
 
 
 @pytest.fixture
@@ -89,9 +90,17 @@ def test_a_file_with_a_blocking_item_is_left_unchanged_unless_partial(
     assert main(["--check", str(path)]) == 1
     assert "AM105 blocking 'H100' with 4 GPUs has no accelerator type" in capsys.readouterr().out
     assert main(["--partial", str(path)]) == 0
+    marker = "# TODO(air-migrate AM105): 'H100' with 4 GPUs has no accelerator type: write one by hand\n"
     assert path.read_text() == BLOCKED.replace("from serverless_gpu", "from databricks.air").replace(
         "gpus=4, gpu_type=", "num_accelerators=4, accelerator_type="
-    )
+    ).replace("@distributed", marker + "@distributed")  # the changed decorator holds its item
+    capsys.readouterr()
+    # A new keyword with a string is not looked at again (accelerator_type="H100" is for a person now): the marker
+    # keeps the item reported, as a manual one (the rest of the file is migrated already).
+    assert main(["--check", str(path)]) == 1
+    assert [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines()] == [
+        f"AM105 manual 'H100' with 4 GPUs has no accelerator type: write one by hand{LEFT_NOTE}"
+    ]
 
 
 def test_writes_keep_mode_bits_and_symlinks(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """One write over a generated corpus (``generated_corpus.py``: every import path, every way a type or count reaches
 the decorator, every binding form of a ``TorchDistributor``), in the three file forms: after it, ``--check`` passes
-exactly on the files where no old API is left, which are exactly the cases that can be migrated; no comment is lost;
+exactly on the files where no old API is left (and no Spark session for a person to judge), which are exactly the
+cases that can be migrated; no comment is lost;
 a second write changes nothing; and the scripts run before (through the ``serverless_gpu`` shim) and after (with no
 deprecation warning left)."""
 
@@ -81,9 +82,11 @@ def old_api_left(text: str, form: str) -> List[str]:
 
 
 def comments(text: str, form: str) -> List[str]:
+    """The comments of the code cells, less the markers a write adds above the items it leaves for a person."""
     return sorted(token.string for cell in code_cells(text, form)
                   for token in tokenize.generate_tokens(io.StringIO(cell).readline) if token.type == tokenize.COMMENT
-                  and not token.string.startswith("# COMMAND") and token.string != "# Databricks notebook source")
+                  and not token.string.startswith(("# COMMAND", "# TODO(air-migrate "))
+                  and token.string != "# Databricks notebook source")
 
 
 def _quiet_main(argv: List[str]) -> Tuple[int, str]:
@@ -141,12 +144,14 @@ def test_check_passes_after_one_write_exactly_where_no_old_api_is_left(
     code, report = corpus["checks"][name]  # type: ignore[index]
     assert corpus["checked_before"][name] == 1  # type: ignore[index]  # every case starts on the old API
     left = old_api_left(after, form)
-    assert (code == 0) == (not left), (left, report)
+    assert (code == 0) == (not left and not case.spark_setup), (left, report)
     assert (not left) == case.clean, (left, report, after)
     if not case.clean:
         assert report.strip(), "a case the tool cannot finish says why"
     assert after == corpus["again"][name]  # type: ignore[index]  # a second write changes nothing
-    assert comments(after, form) == comments(before, form)  # no comment is lost (or added)
+    assert comments(after, form) == comments(before, form)  # no comment is lost (or added, but for markers)
+    if "# TODO(air-migrate " in after:  # a marker is there only for an item left, which keeps --check failing
+        assert (not case.clean or case.spark_setup) and code == 1
 
 
 RUNNER = """

@@ -90,11 +90,11 @@ class SparkSetupRule(Rule):
         if self._builds_session(node):
             self.report(node, "Spark session setup: @distributed needs no Spark session, so this is only needed if "
                         "other code here uses Spark; it is left as it is: remove it if nothing else does",
-                        attention=True)
+                        attention=True, lasting=True)
         elif self._sets_conf(node):
             self.report(node, "Spark configuration: it configures the Spark session TorchDistributor ran on, which "
                         "@distributed does not use; it is left as it is: remove it if nothing else here uses Spark",
-                        attention=True)
+                        attention=True, lasting=True)
 
     def _builds_session(self, node: libcst.BaseExpression) -> bool:
         """``SparkSession.builder[...].getOrCreate()``, or ``builder[...].getOrCreate()`` on a builder variable."""
