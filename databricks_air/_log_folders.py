@@ -2,14 +2,20 @@
 
 A call's folder (``<root>/<YYYYmmdd-HHMMSS>-<function>-<random>``) holds every rank's output and the snapshot of a
 hang; it stays after the call, for the user to read. Before a new one is made, the folders of older calls under the
-same root are pruned: only the newest :data:`DEFAULT_KEEP_CALLS` are kept, and none idle for more than
-:data:`DEFAULT_KEEP_DAYS` days (both set by environment variables; ``0`` turns a limit off). "Newest" and "idle" go
-by the last change inside a folder, so that a call still running (its ranks write their logs) is never removed from
-under it by another process's call. Only folders named as this module names them are ever touched.
+same root are pruned: only the newest ``keep_calls`` are kept, and none idle for more than ``keep_days`` days (the
+settings ``DATABRICKS_AIR_LOG_KEEP_CALLS`` and ``DATABRICKS_AIR_LOG_KEEP_DAYS``, read by
+:mod:`databricks.air._settings`; ``0`` turns a limit off). "Newest" and "idle" go by the last change inside a folder.
+
+A call still running is never pruned, however many calls start meanwhile: its caller holds a lock on the file
+:data:`LOCK_NAME` in its folder for as long as the call runs (``flock``, which the operating system lets go of when
+the caller dies, ``kill -9`` included). The folder gets its name only once that lock is held (it is made under a
+hidden name and renamed), so another process never sees a call's folder unlocked before its call has ended. Only
+folders named as this module names them are ever touched.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -17,64 +23,107 @@ import tempfile
 import time
 from typing import List, Optional, Tuple
 
-from databricks.air import _variables
-from databricks.air.exceptions import RuntimeConfigurationError
-
-DEFAULT_KEEP_CALLS = 50
-DEFAULT_KEEP_DAYS = 7.0
-ACTIVE_SECONDS = 3600.0
-"""A folder changed this recently may belong to a call that is still running: it is never removed by count."""
+LOCK_NAME = ".running"
+"""The file a running call's caller holds locked in its folder (removed when the call ends)."""
+MAKING_SECONDS = 3600.0
+"""A folder still under its hidden name this long after it was made was left by a caller that died while making it."""
 
 _CALL_FOLDER = re.compile(r"^\d{8}-\d{6}-.*-[a-z0-9_]{8}$")
 
 
-def root() -> str:
-    """Where call folders are made: ``DATABRICKS_AIR_LOG_DIR``, else ``databricks-air-logs`` in the temp folder."""
-    return os.environ.get(_variables.LOG_DIR) or os.path.join(tempfile.gettempdir(), "databricks-air-logs")
+class LogFolder:
+    """One call's folder, locked (see the module) until :meth:`release`."""
+
+    def __init__(self, path: str, lock: int) -> None:
+        self.path = path
+        self._lock: Optional[int] = lock
+
+    def release(self) -> None:
+        """The call has ended: its folder may be pruned from now on (its lock file goes)."""
+        if self._lock is None:
+            return
+        try:
+            os.unlink(os.path.join(self.path, LOCK_NAME))
+        except OSError:
+            pass
+        os.close(self._lock)  # lets go of the lock
+        self._lock = None
 
 
-def make(function_name: str) -> str:
-    """A new folder for a call of ``function_name``, after pruning older calls' folders (see the module)."""
-    where = root()
+def make(function_name: str, where: str, keep_calls: int, keep_days: float) -> LogFolder:
+    """A new folder under ``where`` for a call of ``function_name``, locked, after pruning older calls' folders."""
     os.makedirs(where, exist_ok=True)
-    keep_calls, keep_days = limits()
     prune(where, keep_calls, keep_days, room_for=1)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in function_name)[:60]
-    return tempfile.mkdtemp(prefix=f"{stamp}-{safe}-", dir=where)
+    hidden = tempfile.mkdtemp(prefix=f".{stamp}-{safe}-", dir=where)
+    lock = os.open(os.path.join(hidden, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # nobody else knows this folder yet: taken at once
+        path = os.path.join(where, os.path.basename(hidden)[1:])
+        os.rename(hidden, path)
+    except BaseException:
+        os.close(lock)
+        shutil.rmtree(hidden, ignore_errors=True)
+        raise
+    return LogFolder(path, lock)
 
 
-def limits() -> Tuple[int, float]:
-    """``(calls, days)`` to keep, from ``DATABRICKS_AIR_LOG_KEEP_CALLS`` and ``DATABRICKS_AIR_LOG_KEEP_DAYS``."""
-    return (int(_number(_variables.LOG_KEEP_CALLS, DEFAULT_KEEP_CALLS, whole=True)),
-            _number(_variables.LOG_KEEP_DAYS, DEFAULT_KEEP_DAYS, whole=False))
-
-
-def describe_limits() -> str:
+def describe_limits(keep_calls: int, keep_days: float) -> str:
     """What is kept, for the line that prints a call's folder: ``kept: newest 50 calls, 7 days``."""
-    calls, days = limits()
-    parts = [f"newest {calls} calls" if calls else "", f"{days:g} days" if days else ""]
+    parts = [f"newest {keep_calls} calls" if keep_calls else "", f"{keep_days:g} days" if keep_days else ""]
     shown = ", ".join(part for part in parts if part)
     return f"kept: {shown}" if shown else "kept until removed"
 
 
 def prune(where: str, keep_calls: int, keep_days: float, now: Optional[float] = None, room_for: int = 0) -> List[str]:
     """Remove the call folders under ``where`` past the limits, leaving ``room_for`` of ``keep_calls`` for folders
-    about to be made; return the paths removed. Never raises: a folder that cannot be removed (another user's, say)
-    stays."""
+    about to be made, and never a running call's; return the paths removed. Never raises: a folder that cannot be
+    removed (another user's, say) stays."""
+    now = time.time() if now is None else now
+    _remove_unfinished(where, now)
     if not keep_calls and not keep_days:
         return []
-    now = time.time() if now is None else now
     folders = sorted(_call_folders(where), reverse=True)  # most recently changed first
     removed = []
     for index, (changed, path) in enumerate(folders):
         too_old = bool(keep_days) and now - changed > keep_days * 86400
-        too_many = bool(keep_calls) and index >= keep_calls - room_for and now - changed > ACTIVE_SECONDS
-        if too_old or too_many:
+        too_many = bool(keep_calls) and index >= keep_calls - room_for
+        if (too_old or too_many) and not running(path):
             shutil.rmtree(path, ignore_errors=True)
             if not os.path.exists(path):
                 removed.append(path)
     return removed
+
+
+def running(path: str) -> bool:
+    """Whether the call of the folder ``path`` is still running: its caller holds the lock (see the module)."""
+    try:
+        lock = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: the call has ended (or its caller died before the folder was renamed)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(lock)
+    return False
+
+
+def _remove_unfinished(where: str, now: float) -> None:
+    """Folders still under their hidden name long after they were made: their callers died making them."""
+    try:
+        entries = [entry for entry in os.scandir(where) if entry.name.startswith(".")
+                   and _CALL_FOLDER.match(entry.name[1:])]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False) and now - entry.stat().st_mtime > MAKING_SECONDS:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _call_folders(where: str) -> List[Tuple[float, str]]:
@@ -108,17 +157,3 @@ def _last_change(path: str, folder_mtime: float) -> float:
     except OSError:
         pass
     return latest
-
-
-def _number(variable: str, default: float, whole: bool) -> float:
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text) if whole else float(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        kind = "a whole number" if whole else "a number"
-        raise RuntimeConfigurationError(f"{variable} must be {kind} >= 0 (0 keeps every folder), not {text!r}")
-    return value

@@ -1,18 +1,19 @@
-"""Reading on/off environment variables the same way everywhere."""
+"""Reading on/off environment variables the same way everywhere (a call checks its own, refusing other values, in
+:mod:`databricks.air._settings`)."""
 
 from __future__ import annotations
 
 import os
 
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
 
 
 def switched_on(variable: str) -> bool:
     """True when ``variable`` is ``1``, ``true``, ``yes`` or ``on`` (any case); off when unset."""
-    return os.environ.get(variable, "").strip().lower() in _ON
+    return os.environ.get(variable, "").strip().lower() in ON
 
 
 def switched_off(variable: str) -> bool:
     """True when ``variable`` is ``0``, ``false``, ``no`` or ``off`` (any case); on when unset."""
-    return os.environ.get(variable, "").strip().lower() in _OFF
+    return os.environ.get(variable, "").strip().lower() in OFF

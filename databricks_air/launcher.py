@@ -20,19 +20,20 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
 import time
 import types
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from databricks.air import _log_folders as log_folders
-from databricks.air import _variables, payload, tracking, validation
+from databricks.air import _settings, _variables, payload, tracking, validation
 from databricks.air._engine import launch as engine
 from databricks.air._switches import switched_on
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
-from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError, SerializationError
+from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 
 __all__ = ["distributed"]
 
@@ -164,6 +165,8 @@ class DistributedFunction:
 
         Raises:
             TypeError: the arguments do not fit the function's signature (nothing was started).
+            RuntimeConfigurationError: a variable of the environment the call reads has a wrong value (nothing
+                was started, made or recorded).
             SerializationError: the function, an argument or a return value cannot be pickled.
             DistributedExecutionError: a rank failed; also an instance of that rank's exception class.
             LocalExecutionTimeoutError: the call ran past ``timeout``.
@@ -183,30 +186,26 @@ class DistributedFunction:
     def _call(self, bound: inspect.BoundArguments) -> List[Any]:
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
-        settings = _settings_from(environ)  # a bad setting says so before anything is printed, made or recorded
-        engine.check(environ, settings["start_method"], self.remote)
-        try:
-            function_bytes = payload.serialize_function(self.func)
-            argument_bytes = payload.serialize_arguments(self.func, bound)
-        except SerializationError as error:
-            if tracking.tracking_enabled():  # a failed call is still a run, so that it shows where the others do
-                try:
-                    tracking.CallRun.open(name, self._run_params()).close("FAILED", None, error)
-                except RuntimeConfigurationError:
-                    pass  # the store is unreachable: the serialization error is the one to report
-            raise
+        # Every setting and the payload are checked before anything is printed, made or recorded: a bad one is the
+        # call's only output (no log folder, no MLflow run, no store).
+        settings = _settings.read(environ)
+        engine.check(environ, settings.start_method, self.remote)
+        function_bytes = payload.serialize_function(self.func)
+        argument_bytes = payload.serialize_arguments(self.func, bound)
         engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
-        run = tracking.CallRun.open(name, self._run_params()) if tracking.tracking_enabled() else None
-        status, failure, log_dir, started = "FAILED", None, None, time.monotonic()
+        run = tracking.CallRun.open(name, self._run_params()) if settings.tracking else None
+        status, failure, folder, started = "FAILED", None, None, time.monotonic()
         try:
-            log_dir = log_folders.make(getattr(self.func, "__name__", "function"))
-            self.last_log_dir = log_dir
+            folder = log_folders.make(
+                getattr(self.func, "__name__", "function"), settings.log_root, settings.keep_calls, settings.keep_days
+            )
+            log_dir = self.last_log_dir = folder.path
             kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
             if kind == "CPU":
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             print(
                 f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir} "
-                f"({log_folders.describe_limits()})",
+                f"({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -215,9 +214,9 @@ class DistributedFunction:
                 if not self.remote:  # ranks on other machines cannot reach the caller's writer: they write their own
                     run.start_metrics_writer()
                 environ.update(run.environ_for_ranks(environ))
-                run.start_log_uploads(log_dir)
-                if not self.remote:  # this node's metrics say nothing of ranks on other machines
-                    run.start_system_metrics()
+                run.start_log_uploads(log_dir, settings.log_upload_seconds)
+                if not self.remote and settings.system_metrics:  # this node's metrics say nothing of other machines
+                    run.start_system_metrics(settings.system_metrics_seconds)
             values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run, settings)
         except KeyboardInterrupt:
             status = "KILLED"
@@ -229,10 +228,14 @@ class DistributedFunction:
             status = "FINISHED"
             return values
         finally:
-            if run is not None:  # whatever happened, the run ends with the call
-                run.close(status, log_dir, failure)
-            if log_dir is not None:
-                print(_closing_line(name, failure, status, time.monotonic() - started), file=sys.stderr, flush=True)
+            try:
+                if run is not None:  # whatever happened, the run ends with the call
+                    run.close(status, folder.path if folder is not None else None, failure)
+            finally:
+                if folder is not None:  # from now on another call may prune it
+                    folder.release()
+                    print(_closing_line(name, failure, status, time.monotonic() - started), file=sys.stderr,
+                          flush=True)
 
     def _run_params(self) -> Dict[str, Any]:
         shape = self.accelerator_type
@@ -251,7 +254,7 @@ class DistributedFunction:
         environ: Dict[str, str],
         log_dir: str,
         run: Optional[tracking.CallRun],
-        settings: Dict[str, Any],
+        settings: _settings.CallSettings,
     ) -> List[Any]:
         launch = engine.Launch(
             name=name,
@@ -265,7 +268,7 @@ class DistributedFunction:
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
-            **settings,
+            **settings.engine(),
             on_report=run.keep_snapshot if run is not None else None,
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
@@ -303,8 +306,33 @@ def _without_package_frames(tb: Optional[types.TracebackType]) -> Optional[types
 
 
 def _require_callable(func: Any) -> None:
+    """A plain function: a generator's or a coroutine's value cannot come back from a rank, so such functions are
+    refused here, at decoration, not after each call has made its log folder and its run."""
     if not callable(func):
         raise RuntimeConfigurationError(f"@distributed() decorates a function, not {type(func).__name__}")
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__qualname__
+    short = getattr(func, "__name__", None) or "f"
+    # an object whose __call__ is async or a generator counts too (inspect looks through partials, not objects)
+    called = func if inspect.isroutine(func) or isinstance(func, functools.partial) else type(func).__call__
+    if inspect.isasyncgenfunction(called):
+        raise RuntimeConfigurationError(
+            f"@distributed() cannot run {name}: it is an async generator (async def with yield), and what it "
+            "gives cannot be pickled back from a rank. Decorate a plain function that collects its items and "
+            f"returns them as a list: asyncio.run(collect()), with async def collect(): return [x async for x in "
+            f"{short}(...)]"
+        )
+    if inspect.iscoroutinefunction(called):
+        raise RuntimeConfigurationError(
+            f"@distributed() cannot run {name}: it is an async def function, and the coroutine it gives cannot be "
+            "pickled back from a rank. Decorate a plain function that runs it with asyncio.run: "
+            f"def run(*args, **kwargs): return asyncio.run({short}(*args, **kwargs))"
+        )
+    if inspect.isgeneratorfunction(called):
+        raise RuntimeConfigurationError(
+            f"@distributed() cannot run {name}: it is a generator function (it uses yield), and the generator it "
+            f"gives cannot be pickled back from a rank. Return a list instead: return [...] in place of the "
+            f"yields, or decorate def run(*args, **kwargs): return list({short}(*args, **kwargs))"
+        )
 
 
 def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> inspect.BoundArguments:
@@ -327,28 +355,6 @@ def _timeout_note(timeout: Optional[float]) -> str:
         f"The limit{default} is set with @distributed(timeout=SECONDS) or .with_overrides(timeout=SECONDS); "
         "timeout=None removes it. "
     )
-
-
-def _settings_from(environ: Mapping[str, str]) -> Dict[str, Any]:
-    """The engine's settings that the environment gives (``DATABRICKS_AIR_START_METHOD``...), read once per call."""
-    return dict(
-        show_all_ranks=switched_on(_variables.SHOW_ALL_RANKS),
-        start_method=environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
-        grace_period=_seconds(environ, _variables.TERMINATE_GRACE_SECONDS, 3.0),
-        snapshot_seconds=_seconds(environ, _variables.SNAPSHOT_SECONDS, 5.0),
-        stall_seconds=_seconds(environ, _variables.STALL_SECONDS, 600.0),
-    )
-
-
-def _seconds(environ: Mapping[str, str], variable: str, default: float) -> float:
-    """A number of seconds from the environment (``default`` when unset)."""
-    value = environ.get(variable, "")
-    try:
-        return max(0.0, float(value)) if value else default
-    except ValueError:
-        raise RuntimeConfigurationError(
-            f"{variable} must be a number of seconds, not {value!r}; unset it for the default, {default:g} s"
-        ) from None
 
 
 def build(

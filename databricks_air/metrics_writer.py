@@ -22,12 +22,18 @@ against 0.6 to 0.9 s in batches of 1,000, on a machine whose 2 cores the ranks k
 written is kept and tried again; what still cannot be written when the call ends is counted on stderr.
 
 Ranks that cannot reach the socket (on other machines, or once the call has ended) write their batches themselves.
+
+The socket lies in a private folder of the writer's (``air-metrics-*`` in the temporary folder), in which the
+writer's process holds a lock: a caller killed with ``kill -9`` leaves its folder behind, and the next writer on the
+machine removes it (:func:`remove_orphaned_folders`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
+import shutil
 import secrets
 import socket
 import sys
@@ -59,7 +65,9 @@ class MetricsWriter:
         self._hold = 5 * buffering_seconds() if hold is None else hold
         # 0700: only this user's processes can connect. A socket's path has at most 107 bytes: a long TMPDIR is
         # passed over for /tmp.
-        self._folder = tempfile.mkdtemp(prefix="air-metrics-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp")
+        where = tempfile.gettempdir() if len(tempfile.gettempdir()) < 60 else "/tmp"
+        remove_orphaned_folders(where)
+        self._folder, self._owner = _make_owned_folder(where)
         self.address = os.path.join(self._folder, "socket")
         self.authkey = secrets.token_hex(16)
         # every rank of a call connects at about the same time: room for them all in the backlog
@@ -94,9 +102,11 @@ class MetricsWriter:
         self._accepting.join(10)
         self._listener.close()  # removes the socket file
         try:
+            os.unlink(os.path.join(self._folder, OWNER_LOCK))
             os.rmdir(self._folder)
         except OSError:
             pass
+        os.close(self._owner)
 
     # --- receiving ----------------------------------------------------------------------------------------------
 
@@ -221,6 +231,55 @@ class MetricsWriter:
             return None
         due = self._retry_at if self._points >= _BATCH else max(self._retry_at, self._waiting[0].received + self._hold)
         return max(0.01, due - time.monotonic())
+
+
+FOLDER_PREFIX = "air-metrics-"
+OWNER_LOCK = "owner.lock"
+"""The file in a writer's folder that its process holds locked (``flock``) while the folder is in use: the operating
+system lets go of the lock when that process dies, ``kill -9`` included, so the next writer can tell a folder whose
+owner is gone, and remove it (:func:`remove_orphaned_folders`)."""
+
+
+def _make_owned_folder(where: str) -> Tuple[str, int]:
+    """A new private folder under ``where`` and the descriptor holding its owner lock. The lock file gets its name
+    only once it is locked, so a folder is never seen with its lock file unlocked while its owner lives."""
+    folder = tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=where)
+    taking = os.path.join(folder, f".{OWNER_LOCK}")
+    owner = os.open(taking, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(owner, fcntl.LOCK_EX)
+        os.rename(taking, os.path.join(folder, OWNER_LOCK))
+    except BaseException:
+        os.close(owner)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder, owner
+
+
+def remove_orphaned_folders(where: str) -> List[str]:
+    """Remove the writers' folders under ``where`` whose owner is gone (its lock is free); return them. Folders of
+    other users cannot be opened, and stay; so does a folder whose lock is still being taken."""
+    removed = []
+    try:
+        names = [entry.name for entry in os.scandir(where) if entry.name.startswith(FOLDER_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        folder = os.path.join(where, name)
+        try:
+            lock = os.open(os.path.join(folder, OWNER_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its owner lives
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        finally:
+            os.close(lock)
+    return removed
 
 
 class _Batch:

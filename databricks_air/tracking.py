@@ -25,14 +25,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from databricks.air import _mlflow_quiet, _notebook, _progress, _variables, metrics_writer, rank_tracking
+from databricks.air import _mlflow_quiet, _notebook, _progress, _settings, _variables, metrics_writer, rank_tracking
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.version import __version__
 
-DEFAULT_UPLOAD_SECONDS = 30.0
+DEFAULT_UPLOAD_SECONDS = _settings.DEFAULT_UPLOAD_SECONDS
 _TAG_LIMIT = 5000
 
 
@@ -75,6 +75,8 @@ class CallRun:
         self._uploader: Optional[_LogUploader] = None
         self._monitor: Any = None
         self._metrics_writer: Optional[metrics_writer.MetricsWriter] = None
+        self.orphan_sweep: Optional[threading.Thread] = None
+        """Ends the runs of this experiment whose callers are gone (:func:`end_orphaned_runs`), in the background."""
 
     @classmethod
     def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
@@ -100,6 +102,9 @@ class CallRun:
         client = mlflow.MlflowClient(uri)
         parent = mlflow.active_run()
         tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
+        caller = caller_identity(os.getpid())
+        if caller is not None:
+            tags[CALLER_TAG] = caller
         if parent is not None:
             experiment_id = parent.info.experiment_id
             tags["mlflow.parentRunId"] = parent.info.run_id
@@ -114,9 +119,14 @@ class CallRun:
             ) from error
         client.log_batch(run.info.run_id, params=[Param(key, str(value)) for key, value in params.items()])
         snapshot = base64.b64encode(run.to_proto().SerializeToString()).decode()
-        return cls(
+        opened = cls(
             client, run.info.run_id, experiment_id, uri, name, registry_uri=mlflow.get_registry_uri(), snapshot=snapshot
         )
+        opened.orphan_sweep = threading.Thread(  # off the call's way: a search of the store takes its time
+            target=end_orphaned_runs, args=(client, experiment_id), name="databricks.air orphaned runs", daemon=True
+        )
+        opened.orphan_sweep.start()
+        return opened
 
     def rank_environ(self) -> Dict[str, str]:
         """Variables that make ``mlflow.log_*`` in a process log into this run, in this store."""
@@ -179,21 +189,25 @@ class CallRun:
 
     # --- logs and the end ----------------------------------------------------------------------------------------
 
-    def start_system_metrics(self) -> None:
-        """MLflow's system metrics (CPU, memory, GPUs) of this node, where MLflow's monitor can run (needs psutil).
+    def start_system_metrics(self, interval: Optional[float] = None) -> None:
+        """MLflow's system metrics (CPU, memory, GPUs) of this node every ``interval`` seconds, where MLflow's
+        monitor can run (needs psutil).
 
         The monitor runs in the caller: every rank is on this node, so it sees what a monitor in rank 0 would,
-        without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off.
+        without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off (a
+        ``.distributed()`` call does not call this then); without ``interval``, both variables are read here.
         """
-        if switched_off(_variables.SYSTEM_METRICS):
-            return
+        if interval is None:
+            if not _settings.switch(os.environ, _variables.SYSTEM_METRICS, True):
+                return
+            interval = _settings.seconds(os.environ, _variables.SYSTEM_METRICS_SECONDS,
+                                         _settings.DEFAULT_SYSTEM_METRICS_SECONDS, positive=True)
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
         try:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
         except ImportError:
             return
-        interval = float(os.environ.get(_variables.SYSTEM_METRICS_SECONDS) or 10)
         try:
             with _mlflow_quiet.quiet():
                 self._monitor = SystemMetricsMonitor(
@@ -213,9 +227,9 @@ class CallRun:
 
         self._metrics_writer = metrics_writer.MetricsWriter(self.run_id, write)
 
-    def start_log_uploads(self, log_dir: str) -> None:
-        """Upload ``rank_<r>.txt`` files every 30 s (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while the call runs."""
-        interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or DEFAULT_UPLOAD_SECONDS)
+    def start_log_uploads(self, log_dir: str, interval: float = DEFAULT_UPLOAD_SECONDS) -> None:
+        """Upload ``rank_<r>.txt`` files every ``interval`` seconds (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while
+        the call runs."""
         self._uploader = _LogUploader(self, log_dir, interval)
         self._uploader.start()
 
@@ -263,6 +277,83 @@ class CallRun:
                 self.client.log_text(self.run_id, f"{type(failure).__name__}: {report}\n", "failure.txt")
         finally:
             self.client.set_terminated(self.run_id, status)
+
+
+CALLER_TAG = "databricks.air.caller"
+"""The tag naming a call's caller (:func:`caller_identity`), so that a later call can end the run of a caller that
+was killed (``kill -9``, the out-of-memory killer) before it could: :func:`end_orphaned_runs`."""
+
+
+def caller_identity(pid: int) -> Optional[str]:
+    """``<pid>:<start>:<machine>`` of a process of this machine: its start time (so that a new process given the same
+    pid is not taken for it) and this boot and pid namespace (pids mean nothing elsewhere); ``None`` if unknown."""
+    start = _process_start(pid)
+    machine = _pid_namespace()
+    if start is None or machine is None:
+        return None
+    return f"{pid}:{start}:{machine}"
+
+
+def caller_gone(identity: str) -> bool:
+    """Whether the process ``identity`` names has ended; ``False`` when it cannot be told from here (another
+    machine, another container, a tag of another form)."""
+    try:
+        pid_text, start, machine = identity.split(":", 2)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if machine != _pid_namespace():
+        return False
+    return _process_start(pid) != start  # ended, or its pid was given to a new process
+
+
+def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
+    """End as KILLED the RUNNING runs of ``experiment_id`` made on this machine whose caller has ended without ending
+    them; return their ids. Never raises: the next call tries again."""
+    host = socket.gethostname().replace("'", "")
+    ended: List[str] = []
+    try:
+        with _mlflow_quiet.quiet():
+            runs = client.search_runs(
+                [experiment_id],
+                filter_string=f"attributes.status = 'RUNNING' and tags.`databricks.air.host` = '{host}'",
+                max_results=1000,
+            )
+            for run in runs:
+                caller = run.data.tags.get(CALLER_TAG)
+                if not caller or not caller_gone(caller):
+                    continue
+                pid = caller.split(":", 1)[0]
+                client.set_tag(run.info.run_id, "databricks.air.failure",
+                               f"its caller (pid {pid} on {host}) ended without ending the run (killed?); ended "
+                               "as KILLED by a later call")
+                client.set_terminated(run.info.run_id, "KILLED")
+                ended.append(run.info.run_id)
+    except Exception:  # noqa: BLE001 - a store that is busy or cannot search: the next call tries again
+        pass
+    return ended
+
+
+def _process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); ``None`` if there is
+    no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat = stream.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # the command name, in parentheses, may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _pid_namespace() -> Optional[str]:
+    """This boot and this process's pid namespace: where a pid means the same process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as stream:
+            boot = stream.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
 
 
 class _LogUploader(threading.Thread):

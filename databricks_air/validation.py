@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
+import math
 import numbers
 import os
 import warnings
@@ -63,13 +64,19 @@ def resolve(count: Optional[int], requested: RequestedType, remote: bool) -> Ran
 
 
 def check_timeout(timeout: Any) -> Optional[Union[int, float]]:
-    """``None`` or a positive number of seconds."""
+    """``None`` or a positive number of seconds; infinity is taken as ``None`` (no limit), NaN is refused."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise RuntimeConfigurationError(
             f"timeout must be None or a positive number of seconds, not {timeout!r} ({type(timeout).__name__})"
         )
+    if math.isnan(timeout):  # every comparison with NaN is false: it would have meant no limit, unsaid
+        raise RuntimeConfigurationError(
+            "timeout must be a positive number of seconds, not NaN; pass timeout=None for no limit"
+        )
+    if math.isinf(timeout) and timeout > 0:
+        return None  # the same as None, which says it more plainly (and keeps the deadline arithmetic finite)
     if timeout <= 0:
         raise RuntimeConfigurationError(
             f"timeout must be a positive number of seconds, not {timeout!r}; pass timeout=None for no limit"
@@ -165,6 +172,25 @@ def _shown(value: Any) -> Any:
     return value.value if isinstance(value, (AcceleratorType, GPUType)) else value
 
 
+CPU_RANKS_PER_CORE = 8
+MIN_CPU_RANK_LIMIT = 16
+"""How many CPU ranks a machine may run: :data:`CPU_RANKS_PER_CORE` per core this process may use, and at least
+:data:`MIN_CPU_RANK_LIMIT`. Each rank is a whole interpreter with torch loaded (some 300 MB before it does
+anything) plus gloo's threads; past a few ranks per core they only take turns, and far past it they exhaust memory
+or process limits long after the call printed and recorded its start. Some oversubscription is still wanted: CPU
+ranks are mostly for trying out a distributed program, and a 2-core laptop or CI machine should run a world of 16."""
+
+
+def cpu_rank_limit() -> Tuple[int, int]:
+    """``(cores, ranks)``: the CPU cores this process may use (its affinity, which containers and ``taskset``
+    narrow), and the most CPU ranks a call may run on them."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return cores, max(MIN_CPU_RANK_LIMIT, CPU_RANKS_PER_CORE * cores)
+
+
 def _cpu_ranks(count: Optional[int], requested: RequestedType, remote: bool) -> Tuple[int, AcceleratorType]:
     """CPU ranks: asked for with ``accelerator_type="CPU"``, or for any type by ``DATABRICKS_AIR_ACCELERATOR_TYPE``."""
     where = " on the Ray cluster" if remote else ""
@@ -172,6 +198,15 @@ def _cpu_ranks(count: Optional[int], requested: RequestedType, remote: bool) -> 
         if remote:
             raise GPUValidationError(f"remote=True needs num_accelerators: the number of ranks to run{where}")
         count = 1
+    if not remote:  # a Ray cluster counts its own CPUs when it places the ranks
+        cores, allowed = cpu_rank_limit()
+        if count > allowed:
+            raise GPUValidationError(
+                f"num_accelerators={count} CPU ranks is more than this machine can run: this process may use "
+                f"{cores} CPU core(s), which run at most {allowed} CPU ranks ({CPU_RANKS_PER_CORE} per core, "
+                f"at least {MIN_CPU_RANK_LIMIT} on any machine), each a Python process with torch loaded. Pass "
+                f"num_accelerators between 1 and {allowed}."
+            )
     if requested not in (None, AcceleratorType.CPU):  # code that names a GPU, run on CPU ranks by the variable
         logger.warning(
             "%s=CPU: running %d CPU rank(s)%s instead of accelerator_type=%s",

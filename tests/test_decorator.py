@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from databricks.air import compute, distributed
@@ -119,3 +121,66 @@ def test_wrong_arguments_raise_type_error_before_any_process_starts() -> None:
         fn.distributed(epochs=1, momentum=0.9)
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before
+
+
+def numbers(count: int):
+    yield from range(count)
+
+
+async def fetch(count: int) -> int:
+    return count
+
+
+async def stream(count: int):
+    yield count
+
+
+class AsyncCallable:
+    async def __call__(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize(
+    "func, says",
+    [
+        (numbers, r"numbers: it is a generator function.* Return a list instead"),
+        (fetch, r"fetch: it is an async def function.* asyncio\.run\(fetch\(\*args, \*\*kwargs\)\)"),
+        (stream, r"stream: it is an async generator.* return \[x async for x in stream\(\.\.\.\)\]"),
+        (AsyncCallable(), r"AsyncCallable: it is an async def function"),
+    ],
+)
+def test_generators_and_coroutines_are_refused_at_decoration(func: object, says: str) -> None:
+    # Their value cannot be pickled back from a rank: they used to fail in the ranks at every call, each time after
+    # a log folder and an MLflow run were made.
+    with pytest.raises(RuntimeConfigurationError, match=f"^@distributed\\(\\) cannot run {says}"):
+        distributed(num_accelerators=2, accelerator_type="CPU")(func)
+    with pytest.raises(RuntimeConfigurationError, match="cannot run"):
+        DistributedFunction(2, "CPU", False, func)
+
+
+def test_nan_is_refused_and_infinity_means_no_limit() -> None:
+    # NaN compares false with everything, so it meant "no limit" without saying so.
+    with pytest.raises(RuntimeConfigurationError, match=r"not NaN; pass timeout=None for no limit"):
+        distributed(accelerator_type="CPU", timeout=float("nan"))
+    with pytest.raises(RuntimeConfigurationError, match=r"not -inf; pass timeout=None"):
+        distributed(accelerator_type="CPU", timeout=float("-inf"))
+    assert distributed(accelerator_type="CPU", timeout=float("inf"))(train).timeout is None
+    fn = distributed(accelerator_type="CPU", timeout=60)(train)
+    assert fn.with_overrides(timeout=float("inf")).timeout is None
+    with pytest.raises(RuntimeConfigurationError, match="NaN"):
+        fn.with_overrides(timeout=float("nan"))
+
+
+def test_more_cpu_ranks_than_the_machine_can_run_are_refused_naming_its_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with pytest.raises(GPUValidationError, match=(
+        r"^num_accelerators=1000000000 CPU ranks is more than this machine can run: this process may use 2 CPU "
+        r"core\(s\), which run at most 16 CPU ranks \(8 per core, at least 16 on any machine\).*Pass "
+        r"num_accelerators between 1 and 16\.$"
+    )):
+        distributed(num_accelerators=10**9, accelerator_type="CPU")(train)
+    assert distributed(num_accelerators=16, accelerator_type="CPU")(train).num_accelerators == 16
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    assert distributed(num_accelerators=32, accelerator_type="CPU")(train).num_accelerators == 32
+    with pytest.raises(GPUValidationError, match="4 CPU core"):
+        distributed(num_accelerators=2, accelerator_type="CPU")(train).with_overrides(num_accelerators=33)

@@ -6,10 +6,7 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from databricks.air import _log_folders as log_folders
-from databricks.air.exceptions import RuntimeConfigurationError
 
 DAY = 86400.0
 
@@ -39,16 +36,39 @@ def test_folders_idle_for_longer_than_the_limit_go_whatever_their_number(tmp_pat
     assert not old.exists() and recent.exists()
 
 
-def test_a_call_still_writing_is_kept_even_past_the_count(tmp_path: Path) -> None:
-    # Another process's call started days ago (its folder's name is the oldest) but its ranks still write their logs;
-    # and calls changed within the last hour may all be running at once: none of them is removed by count.
+def test_a_running_call_is_kept_and_a_sweep_of_quick_calls_keeps_only_the_newest(tmp_path: Path) -> None:
+    # A call still running (its caller holds the lock in its folder) is never removed, however old its folder or
+    # however many calls came since; finished calls beyond the newest N go at once, however recent: a sweep of 200
+    # quick calls keeps 50 folders, not 200.
     now = time.time()
-    running = _folder(tmp_path, 0, now - 3 * DAY)
-    os.utime(running / "rank_0.txt", (now - 5, now - 5))
-    recent = [_folder(tmp_path, i, now - 600) for i in range(1, 4)]
-    idle = _folder(tmp_path, 4, now - 2 * 3600)
-    log_folders.prune(str(tmp_path), keep_calls=2, keep_days=7, now=now)
-    assert running.exists() and all(f.exists() for f in recent) and not idle.exists()
+    running = log_folders.make("long", str(tmp_path), keep_calls=50, keep_days=7)
+    os.utime(running.path, (now - 30 * DAY, now - 30 * DAY))
+    assert log_folders.running(running.path)
+    for _ in range(200):
+        log_folders.make("quick", str(tmp_path), keep_calls=50, keep_days=7).release()
+    left = [p for p in tmp_path.iterdir() if log_folders._CALL_FOLDER.match(p.name)]
+    assert len(left) == 51 and Path(running.path) in left  # the newest 50, and the one still running
+    assert all(not (p / log_folders.LOCK_NAME).exists() for p in left if str(p) != running.path)
+    running.release()  # ended now: its folder counts among the newest, like any call that just ended
+    assert not log_folders.running(running.path)
+    assert len(log_folders.prune(str(tmp_path), keep_calls=50, keep_days=7)) == 1
+
+
+def test_a_killed_callers_folder_is_no_longer_protected(run_script, tmp_path: Path) -> None:
+    # The lock dies with its holder: the folder of a caller killed mid-call is pruned like any finished call's.
+    done = run_script(
+        f"""
+        import os, signal
+        from databricks.air import _log_folders as log_folders
+        folder = log_folders.make("killed", {str(tmp_path / "logs")!r}, keep_calls=50, keep_days=7)
+        print(folder.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    path = done.stdout.strip()
+    assert done.returncode == -9 and os.path.isdir(path) and (Path(path) / log_folders.LOCK_NAME).exists()
+    assert not log_folders.running(path)
+    assert log_folders.prune(str(tmp_path / "logs"), keep_calls=1, keep_days=7, room_for=1) == [path]
 
 
 def test_only_call_folders_are_touched_and_zero_turns_a_limit_off(tmp_path: Path) -> None:
@@ -62,22 +82,13 @@ def test_only_call_folders_are_touched_and_zero_turns_a_limit_off(tmp_path: Path
     assert mine.exists() and not unicode_name.exists()
 
 
-def test_make_prunes_under_the_configured_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DATABRICKS_AIR_LOG_DIR", str(tmp_path))
-    monkeypatch.setenv("DATABRICKS_AIR_LOG_KEEP_CALLS", "1")
+def test_make_prunes_under_the_given_root(tmp_path: Path) -> None:
     stale = _folder(tmp_path, 1, time.time() - 2 * 3600)
-    made = Path(log_folders.make("train.<locals>.step"))
-    assert made.parent == tmp_path and made.name.split("-", 2)[2].startswith("train__locals__step-")
-    assert log_folders._CALL_FOLDER.match(made.name)
+    made = log_folders.make("train.<locals>.step", str(tmp_path), keep_calls=1, keep_days=7)
+    assert Path(made.path).parent == tmp_path and Path(made.path).name.split("-", 2)[2].startswith("train__locals__step-")
+    assert log_folders._CALL_FOLDER.match(Path(made.path).name)
     assert not stale.exists()
-    assert log_folders.describe_limits() == "kept: newest 1 calls, 7 days"
-
-
-@pytest.mark.parametrize("variable,value", [("DATABRICKS_AIR_LOG_KEEP_CALLS", "many"),
-                                            ("DATABRICKS_AIR_LOG_KEEP_CALLS", "2.5"),
-                                            ("DATABRICKS_AIR_LOG_KEEP_DAYS", "-1")])
-def test_a_bad_limit_says_which_variable_and_what_it_takes(variable: str, value: str,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(variable, value)
-    with pytest.raises(RuntimeConfigurationError, match=f"{variable} must be a (whole )?number >= 0"):
-        log_folders.limits()
+    made.release()
+    assert os.listdir(made.path) == []
+    assert log_folders.describe_limits(1, 7) == "kept: newest 1 calls, 7 days"
+    assert log_folders.describe_limits(0, 0) == "kept until removed"

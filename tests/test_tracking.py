@@ -146,13 +146,14 @@ def test_a_timeout_is_a_failed_run(store: str) -> None:
     assert only_run(mlflow.MlflowClient(store)).info.status == "FAILED"
 
 
-def test_a_serialization_failure_is_a_failed_run(store: str) -> None:
+def test_a_serialization_failure_records_no_run(store: str) -> None:
+    # Found before anything is recorded, like a bad setting: the call never started, so it is no run.
     lock = threading.Lock()
 
-    with pytest.raises(SerializationError):
+    with pytest.raises(SerializationError, match="cannot ship"):
         cpu2(lambda: lock.locked()).distributed()
-    run = only_run(mlflow.MlflowClient(store))
-    assert run.info.status == "FAILED" and "cannot ship" in run.data.tags["databricks.air.failure"]
+    client = mlflow.MlflowClient(store)
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
 def test_an_interrupted_call_is_a_killed_run(store: str, tmp_path: Path) -> None:
@@ -170,6 +171,51 @@ def test_an_interrupted_call_is_a_killed_run(store: str, tmp_path: Path) -> None
     with pytest.raises(KeyboardInterrupt):
         cpu2(wait).distributed(str(started))
     assert only_run(mlflow.MlflowClient(store)).info.status == "KILLED"
+
+
+KILLED_MID_CALL = """
+    import os, pathlib, sys
+    from databricks.air import distributed
+
+    @distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)
+    def wait(flag):
+        import os, pathlib, time
+        if os.environ["RANK"] == "0":
+            pathlib.Path(flag).write_text(os.environ["DATABRICKS_AIR_METRICS_ADDRESS"])
+        time.sleep(60)
+
+    wait.distributed(sys.argv[1])
+"""
+
+
+def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_call(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kill -9 of the caller left its run RUNNING for ever and its metrics socket's folder in /tmp. The next call
+    # ends such runs KILLED (the caller's pid and start time are in a tag) and removes such folders (their lock
+    # died with their owner).
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "killed-callers")
+    script, flag = tmp_path / "caller.py", tmp_path / "started"
+    script.write_text(textwrap.dedent(KILLED_MID_CALL))
+    caller = subprocess.Popen([sys.executable, str(script), str(flag)], cwd=tmp_path, env=dict(os.environ),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(flag.exists, 120), "the call did not start"
+    finally:
+        caller.kill()
+        caller.wait()
+    folder = Path(flag.read_text()).parent
+    client = mlflow.MlflowClient(store)
+    killed = only_run(client, "killed-callers")
+    assert killed.info.status == "RUNNING" and folder.is_dir()
+
+    assert cpu2(lambda: 1).distributed() == [1, 1]
+    assert not folder.exists()
+    assert wait_until(lambda: client.get_run(killed.info.run_id).info.status == "KILLED", 30)
+    assert "ended without ending the run" in client.get_run(killed.info.run_id).data.tags["databricks.air.failure"]
+    statuses = sorted(run.info.status for run in client.search_runs(
+        [client.get_experiment_by_name("killed-callers").experiment_id]))
+    assert statuses == ["FINISHED", "KILLED"]
 
 
 def test_logs_are_uploaded_while_the_call_runs(store: str, monkeypatch: pytest.MonkeyPatch) -> None:

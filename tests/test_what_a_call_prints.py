@@ -177,3 +177,43 @@ def test_a_bad_setting_is_the_only_thing_said(run_script, tracked: dict, tmp_pat
     assert [line for line in printed.splitlines() if line.startswith("databricks.air: ")] == [], printed
     assert not (tmp_path / "logs").exists()
     assert not (tmp_path / "mlflow.db").exists()
+
+
+UNPICKLABLE_ARGUMENT = """
+    import threading
+    from databricks.air import distributed
+
+    @distributed(accelerator_type="CPU", num_accelerators=2)
+    def count(lock):
+        return 1
+
+    count.distributed(threading.Lock())
+"""
+
+
+@pytest.mark.parametrize("case", ["log dir is a file", "keep calls", "unpicklable argument"])
+def test_nothing_is_made_or_recorded_before_the_settings_and_the_payload_are_checked(
+    run_script, tracked: dict, tmp_path, case: str
+) -> None:
+    # A log folder that is a file, a bad count of folders to keep, an argument that cannot be pickled: each used to
+    # be found after the call's MLflow run was made (and ended FAILED) and the store created.
+    a_file = tmp_path / "passwd"
+    a_file.write_text("root:x:0:0\n")
+    env, script, says = dict(tracked), TWO_CALLS, ""
+    if case == "log dir is a file":
+        env["DATABRICKS_AIR_LOG_DIR"] = str(a_file)
+        says = f"RuntimeConfigurationError: call logs cannot be kept in DATABRICKS_AIR_LOG_DIR='{a_file}': {a_file} " \
+               "is a file, not a folder; point DATABRICKS_AIR_LOG_DIR at a folder you can write, or unset it"
+    elif case == "keep calls":
+        env["DATABRICKS_AIR_LOG_KEEP_CALLS"] = "abc"
+        says = "RuntimeConfigurationError: DATABRICKS_AIR_LOG_KEEP_CALLS must be a whole number >= 0"
+    else:
+        script = UNPICKLABLE_ARGUMENT
+        says = "SerializationError: cannot ship the arguments of function 'count' to the ranks: argument 'lock'"
+    done = run_script(script, env=env)
+    assert done.returncode == 1
+    printed = done.stdout + done.stderr
+    assert says in printed, printed
+    assert [line for line in printed.splitlines() if line.startswith("databricks.air: ")] == [], printed
+    assert not (tmp_path / "logs").exists()
+    assert not (tmp_path / "mlflow.db").exists()
