@@ -156,7 +156,6 @@ def test_root_cause_is_the_rank_that_raised_not_the_peer_that_lost_it() -> None:
 @pytest.mark.parametrize(
     "how, expected",
     [
-        ("sys_exit", r"called sys.exit\(0\) before returning"),
         ("os_exit", r"exited with status 0 without returning a value"),
         ("os_exit_3", r"exited with exit code 3 before returning a value"),
         ("sigkill", r"killed by SIGKILL \(SIGKILL usually comes from the out-of-memory killer"),
@@ -171,8 +170,6 @@ def test_a_rank_that_ends_without_returning_is_a_failure_that_says_how(how: str,
         if os.environ["RANK"] == "0":
             time.sleep(0.3)
             return "fine"
-        if how == "sys_exit":
-            sys.exit(0)
         if how == "os_exit":
             os._exit(0)
         if how == "os_exit_3":
@@ -184,6 +181,61 @@ def test_a_rank_that_ends_without_returning_is_a_failure_that_says_how(how: str,
         cpu2(leave).distributed(how)
     assert isinstance(caught.value.failures[1], RankExitError)
     assert caught.value.rank == 1
+
+
+@pytest.mark.parametrize("code, status, shown", [(3, 3, "sys.exit(3)"), ("out of data", 1, "sys.exit('out of data')"),
+                                                 (True, 1, "sys.exit(True)")])
+def test_sys_exit_in_a_rank_is_its_exit_code_as_under_torchrun(code: object, status: int, shown: str) -> None:
+    # torchrun reports a worker's own status: sys.exit(3) is exit code 3 (it was reported as 1), a message is 1.
+    def leave(code: object) -> str:
+        import sys
+
+        if os.environ["RANK"] == "1":
+            sys.exit(code)
+        return "fine"
+
+    with pytest.raises(DistributedExecutionError) as caught:
+        cpu2(leave).distributed(code)
+    error = caught.value
+    assert (error.rank, error.exit_codes[1], error.failures[1].exit_code) == (1, status, status)
+    assert str(error).splitlines()[0].endswith(f".leave: rank 1 of 2: the function called {shown} before returning")
+    assert f"rank 1: failed first (root cause), exit code {status}" in str(error)
+
+
+@pytest.mark.parametrize("code", [0, None])
+def test_sys_exit_0_in_a_rank_is_done_as_under_torchrun(code: object) -> None:
+    # torchrun counts a worker that exits 0 as done: the rank's value is None, as if it had returned.
+    def leave(code: object) -> str:
+        import sys
+
+        if os.environ["RANK"] == "1":
+            sys.exit(code)
+        return "fine"
+
+    assert cpu2(leave).distributed(code) == ["fine", None]
+
+
+def test_a_rank_that_returns_without_a_collective_its_peer_waits_in_is_named() -> None:
+    # Rank 1 skips the second all_reduce and returns; rank 0's all_reduce loses its peer ("Connection closed by
+    # peer"). The report said "another rank exited first (failed, or was stopped)", of a rank that had finished.
+    def skips() -> int:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        tensor = torch.ones(1)
+        dist.all_reduce(tensor)
+        if dist.get_rank() == 0:
+            dist.all_reduce(tensor)
+        return dist.get_rank()
+
+    with pytest.raises(DistributedExecutionError) as caught:
+        cpu2(skips).distributed()
+    report = str(caught.value)
+    assert caught.value.rank == 0 and "rank 1: finished, exit code 0" in report
+    assert ("Rank 1 returned while rank 0 still waited in all_reduce #2 of the default group, having issued only 1 "
+            "collective there: it skipped a collective (or returned early)") in report, report
+    assert "another rank exited first" not in report
 
 
 def test_an_unpicklable_return_value_names_the_rank_and_type() -> None:

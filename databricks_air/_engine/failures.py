@@ -148,11 +148,17 @@ def build_error(
     keep_tracebacks_in_logs(outcomes)  # after the tail is read (it shows the rank's own output), before the scan
     evidence = f"{record.message if record is not None else ''}\n{tail}"
     sections += [advice for pattern, advice in (hints or {}).items() if pattern in evidence]
-    causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank))
+    skipped = skipped_collective(outcomes, root)
+    if skipped:
+        sections.append(skipped)
+    found = likely_causes.find({o.rank: o.log_path for o in outcomes}, root.rank)
+    if skipped:  # "another rank exited first (failed, or was stopped)" is what was just explained, better
+        found = [cause for cause in found if not cause.found.pattern.consequence]
+    causes = likely_causes.section(found)
     if causes:
         sections.append(causes)
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
-    returned = {o.rank for o in outcomes if o.succeeded}
+    returned = {o.rank for o in outcomes if o.succeeded and not o.returned_when_stopped}
     stopped = sorted(
         rank for rank in (stop_report.snapshots if stop_report is not None else {})
         if rank not in failures and rank not in returned
@@ -170,6 +176,52 @@ def build_error(
     if isinstance(original, (RankExitError, DistributedExecutionError)):
         return DistributedExecutionError(message, **report)
     return combine_with_rank_exception(original, message, **report)
+
+
+def skipped_collective(outcomes: List[RankOutcome], root: RankOutcome) -> Optional[str]:
+    """Why the root-cause rank's collective failed when a peer *returned* without issuing it: gloo says only
+    "Connection closed by peer" (the peer's process ended), which reads as if the peer had failed. ``None`` unless
+    the root rank failed inside ``torch.distributed`` and a rank that returned issued fewer collectives of that
+    process group (each rank's record says how far it got: :func:`~databricks.air._engine.rank.run_function`)."""
+    record = root.record
+    if record is None or _TORCH_DISTRIBUTED not in (record.traceback or ""):
+        return None
+    for group_id, group in sorted(_groups(record).items()):
+        seq = int(group.get("enqueued", -1))
+        early = []
+        for outcome in outcomes:
+            returned = outcome.succeeded and not outcome.returned_when_stopped  # on its own, not when stopped
+            theirs = _groups(outcome.record).get(group_id) if returned else None
+            if theirs is not None and int(theirs.get("enqueued", -1)) < seq:
+                early.append((outcome.rank, max(0, int(theirs.get("enqueued", -1)))))
+        if not early:
+            continue
+        op = str(group.get("last_op") or "collective")
+        label = "the default group" if group.get("name") == "default_pg" or group_id == "0" else f"group {group_id}"
+        one = len(early) == 1
+        who = f"rank {early[0][0]}" if one else "ranks " + ", ".join(str(r) for r, _ in early[:-1]) + \
+            f" and {early[-1][0]}"
+        counts = str(early[0][1]) if one else ", ".join(f"{count} (rank {rank})" for rank, count in early)
+        plural = "" if one and early[0][1] == 1 else "s"
+        return (
+            f"{who[:1].upper()}{who[1:]} returned while rank {root.rank} still waited in {op} #{seq} of {label}, "
+            f"having issued only {counts} collective{plural} there: {'it' if one else 'they'} skipped a collective "
+            f"(or returned early), and rank {root.rank}'s {op} lost its peer when {who}'s process"
+            f"{'' if one else 'es'} ended. Every rank must issue the same collectives in the same order: look for a "
+            "branch on the rank or on the data that skips one, or a loop that runs a different number of times on "
+            "different ranks."
+        )
+    return None
+
+
+_TORCH_DISTRIBUTED = "torch/distributed/"
+
+
+def _groups(record: Optional[RankRecord]) -> Dict[str, Dict[str, Any]]:
+    """The process groups of a rank's record (``rank_probe.collective_positions``' answer), by id."""
+    collectives = record.collectives if record is not None else None
+    groups = (collectives or {}).get("groups") if isinstance(collectives, dict) else None
+    return {str(key): value for key, value in groups.items()} if isinstance(groups, dict) else {}
 
 
 def _frames_only(traceback_text: str, record: Optional[RankRecord]) -> str:
@@ -226,7 +278,7 @@ def _rank_line(outcome: RankOutcome, failures: Dict[int, BaseException], root: i
         fate = "failed first (root cause)"
     elif outcome.rank in failures:
         fate = "also failed"
-    elif outcome.succeeded:
+    elif outcome.succeeded and not outcome.returned_when_stopped:
         fate = "finished"
     elif outcome.stopped_by_launcher:
         fate = "stopped by the launcher"

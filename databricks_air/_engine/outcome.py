@@ -25,7 +25,7 @@ import signal
 import time
 import traceback
 import types
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import cloudpickle
 
@@ -42,7 +42,7 @@ class OutcomeKind(enum.Enum):
     RAISED = "raised"
     """The function (or the rank's setup before it) raised an exception."""
     EXITED = "exited"
-    """The function called ``sys.exit()``."""
+    """The function called ``sys.exit()`` with a status other than 0 (with 0 it counts as returning ``None``)."""
     INTERRUPTED = "interrupted"
     """A ``KeyboardInterrupt`` ended the function inside the rank."""
     UNPICKLABLE_RESULT = "unpicklable-result"
@@ -71,6 +71,10 @@ class RankRecord:
     exception: Optional[bytes] = None
     """The cloudpickled exception, when it pickles; pickled apart, so that a class the caller cannot import
     spoils only this field."""
+    collectives: Optional[Dict[str, Any]] = None
+    """How far the rank got in each process group's collectives when it ended (the probe's answer,
+    :func:`~databricks.air._engine.rank_probe.collective_positions`); ``None`` when it never imported
+    ``torch.distributed``."""
 
     @classmethod
     def returned(cls, value: Any) -> "RankRecord":
@@ -170,6 +174,13 @@ class RankOutcome:
     @property
     def stopped_by_launcher(self) -> bool:
         return self.stopped_at is not None
+
+    @property
+    def returned_when_stopped(self) -> bool:
+        """It returned (or exited 0) only once the launcher had begun stopping it: a SIGTERM handler that saved its
+        progress and called ``sys.exit(0)``, say."""
+        return self.succeeded and self.stopped_at is not None and self.record is not None and \
+            self.record.time >= self.stopped_at
 
     @property
     def failed_on_its_own(self) -> bool:

@@ -14,8 +14,11 @@ Either way it starts as a worker of ``torchrun script.py ARGS`` would:
 Then it loads the arguments, calls the function, and writes what it returned (or how it failed), a
 :class:`~databricks.air._engine.outcome.RankRecord`, to ``result_<rank>.bin``.
 
-Exit status: 0 after a returned value, 1 after a failure record. A rank that dies before writing its record is
-reported by the caller from its exit status alone.
+Exit status: 0 after a returned value, 1 after a failure record; after ``sys.exit(code)``, the status a ``torchrun``
+worker exits with (``sys.exit(3)``: 3; ``sys.exit("message")``: 1; ``sys.exit()`` or ``sys.exit(0)``: 0, and the
+rank counts as returning ``None``, as torchrun counts such a worker as done). A rank that dies before writing its
+record is reported by the caller from its exit status alone. Every record carries how far the rank got in its
+process groups' collectives, for the caller's report.
 
 Process groups the function destroys stay referenced until the rank exits
 (:mod:`databricks.air._engine.process_groups`), so that a model freed after ``destroy_process_group()`` (at the
@@ -25,6 +28,7 @@ latest when the function returns) cannot deadlock the rank.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import faulthandler
 import os
 import sys
@@ -105,26 +109,57 @@ def run_function(files: CallFiles, rank: int) -> int:
         args, kwargs = read_value_file(files.arguments)
         value = function(*args, **kwargs)
     except SystemExit as error:
-        record = _failure(
-            OutcomeKind.EXITED, error, f"the function called sys.exit({error.code!r}) before returning"
-        )
+        status = exit_status(error.code)
+        if status == 0:  # torchrun counts a worker that exits 0 as done: so does a rank, its value None
+            return _write_returned(None, files, rank)
+        record = _failure(OutcomeKind.EXITED, error, f"the function called sys.exit({error.code!r}) before returning")
+        write_value_file(_with_collectives(record), files.result(rank))
+        return status
     except KeyboardInterrupt as error:
         record = _failure(OutcomeKind.INTERRUPTED, error)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the caller
         record = _failure(OutcomeKind.RAISED, error)  # its traceback: in the caller's report, then in this log
     else:
-        try:
-            write_value_file(RankRecord.returned(value), files.result(rank))
-            return 0
-        except Exception as error:  # noqa: BLE001
-            record = _failure(
-                OutcomeKind.UNPICKLABLE_RESULT,
-                error,
-                f"the return value of rank {rank} (a {type(value).__module__}.{type(value).__qualname__}) "
-                f"cannot be pickled: {error}",
-            )  # said in the caller's report, then appended to this rank's log (failures.keep_tracebacks_in_logs)
-    write_value_file(record, files.result(rank))
+        return _write_returned(value, files, rank)
+    write_value_file(_with_collectives(record), files.result(rank))
     return 1
+
+
+def _write_returned(value: object, files: CallFiles, rank: int) -> int:
+    try:
+        write_value_file(_with_collectives(RankRecord.returned(value)), files.result(rank))
+        return 0
+    except Exception as error:  # noqa: BLE001
+        record = _failure(
+            OutcomeKind.UNPICKLABLE_RESULT,
+            error,
+            f"the return value of rank {rank} (a {type(value).__module__}.{type(value).__qualname__}) "
+            f"cannot be pickled: {error}",
+        )  # said in the caller's report, then appended to this rank's log (failures.keep_tracebacks_in_logs)
+    write_value_file(_with_collectives(record), files.result(rank))
+    return 1
+
+
+def exit_status(code: object) -> int:
+    """The status an interpreter exits with after ``SystemExit(code)``, as a ``torchrun`` worker would: ``None``
+    is 0, a number is itself (modulo 256, as the operating system keeps it), anything else (a message) is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def _with_collectives(record: RankRecord) -> RankRecord:
+    """The record, with how far the rank got in each process group's collectives (the caller's report tells a rank
+    that returned with a collective fewer than a peer that waited for it)."""
+    if "torch.distributed" not in sys.modules:
+        return record  # no process group can exist: nothing to ask
+    try:  # a rank that returned needs only its counts (microseconds; the entries of a full recorder take ~0.1 s)
+        positions = rank_probe.collective_positions(entries=record.kind is not OutcomeKind.RETURNED)
+    except Exception:  # noqa: BLE001 - a nicety for the report, never a reason to lose the record
+        return record
+    return dataclasses.replace(record, collectives=positions)
 
 
 def finish(status: int) -> None:

@@ -118,11 +118,14 @@ def answer(request: str) -> Dict[str, Any]:
     return reply
 
 
-def collective_positions() -> Dict[str, Any]:
-    """Every process group's place in its collectives, from torch's flight recorder.
+def collective_positions(entries: bool = True) -> Dict[str, Any]:
+    """Every process group's place in its collectives, from torch's flight recorder; without ``entries``, only the
+    counts (no ``active`` entries, no ``last_op``): microseconds, where a full recorder takes tens of milliseconds.
 
-    ``{"groups": {id: {"name", "enqueued", "completed", "active": [entry...]}}}``, or ``{"unavailable": reason}``.
-    An entry is ``{"seq", "op", "sizes", "since"}`` (``since``: when it was issued, ``time.time()`` scale).
+    ``{"groups": {id: {"name", "enqueued", "completed", "active": [entry...], "last_op"}}}``, or
+    ``{"unavailable": reason}``. An entry is ``{"seq", "op", "sizes", "since"}`` (``since``: when it was issued,
+    ``time.time()`` scale); ``last_op`` names the last collective issued (``all_reduce``), even once torch has marked
+    it completed (a collective that failed is), or ``""`` where the recorder no longer holds it.
     """
     c10d = _loaded_c10d()
     if c10d is None:
@@ -131,7 +134,7 @@ def collective_positions() -> Dict[str, Any]:
     if dump is None:
         return {"unavailable": "this torch has no flight recorder dump (_dump_fr_trace_json)"}
     try:
-        trace = json.loads(dump(includeCollectives=True, onlyActive=False))
+        trace = json.loads(dump(includeCollectives=entries, onlyActive=False))
     except Exception as error:  # noqa: BLE001 - never let a probe break the rank
         return {"unavailable": f"the flight recorder dump failed: {type(error).__name__}: {error}"}
     return {"groups": _groups(trace)}
@@ -152,6 +155,7 @@ def _groups(trace: Dict[str, Any]) -> Dict[str, Any]:
             "enqueued": int(status.get("last_enqueued_collective", -1)),
             "completed": int(status.get("last_completed_collective", -1)),
             "active": [],
+            "last_op": "",
         }
     for entry in trace.get("entries") or []:
         group_id, name = (list(entry.get("process_group") or ["", ""]) + ["", ""])[:2]
@@ -159,6 +163,8 @@ def _groups(trace: Dict[str, Any]) -> Dict[str, Any]:
         if group is None or entry.get("is_p2p"):
             continue
         group["name"] = name
+        if int(entry.get("collective_seq_id", -1)) == group["enqueued"]:
+            group["last_op"] = str(entry.get("profiling_name", "")).split(":", 1)[-1]
         if int(entry.get("collective_seq_id", -1)) > group["completed"]:
             group["active"].append(
                 {
