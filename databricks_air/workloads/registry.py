@@ -11,7 +11,7 @@ A run's folder::
         attempts/<a>/node_<n>.log     each attempt's output, per node (and node_<n>.times: when each part came)
         cancel                  present once a cancel was asked for
         supervisor.log          the local supervisor's own messages
-        .reserve                room kept for the last state writes of a run whose disk fills up (local backend)
+        .reserve                while the run runs: room for its last state writes should the disk fill up (local)
 
 Ids are positive integers, given out in order under a lock on the registry; state changes are read-modify-write
 under a lock on the run's folder, so the supervisor, ``cancel`` and readers that notice a dead supervisor never

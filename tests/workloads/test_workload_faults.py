@@ -190,6 +190,8 @@ def test_a_damaged_run_is_listed_as_damaged_and_the_others_as_usual(tmp_path: Pa
     assert got.stderr.startswith(f"Error: run 1 is damaged: {problem}") and str(broken) in got.stderr, got.stderr
     assert "internal error" not in got.stderr
     assert air("get", "2").returncode == 0
+    reserve = folder.parent / "2" / ".reserve"  # the room a run keeps while it runs is given back at its end
+    assert wait_until(lambda: not reserve.exists(), timeout=10)
     canceled = air("cancel", "--all", "-y")
     assert canceled.returncode == 0 and "No active runs" in canceled.stdout  # a damaged run is not known to run
 

@@ -161,6 +161,8 @@ class LocalBackend(Backend):
             current.owner.pop("attempt", None)
 
         state, saved = folder.update_or_show(change)  # a full disk: shown as it is, saved by a later reader
+        if saved and state.terminal:
+            folder.release_reserve()
         if saved and ended.get("mlflow_run_id") and state.tracking_uri:
             try:
                 attempt_tracking.end_orphaned(state.tracking_uri, ended["mlflow_run_id"], state.message or reason)

@@ -55,6 +55,7 @@ def main(run_folder: str) -> int:
     adopts_orphans = become_subreaper()
     folder = RunFolder(run_folder, int(os.path.basename(run_folder.rstrip(os.sep))))
     status = Supervisor(folder, LocalNodes(adopts_orphans), wake=wake).run()
+    folder.release_reserve()  # the run's end is recorded (or could not be): the room is no longer needed
     print(f"air: run {folder.run_id} ended {status}", file=sys.stderr, flush=True)
     return 0
 
