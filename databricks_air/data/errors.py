@@ -27,6 +27,7 @@ __all__ = [
     "StateMismatchError",
     "IncompleteCheckpointError",
     "CorruptCheckpointError",
+    "LoaderPositionError",
 ]
 
 
@@ -128,6 +129,35 @@ class CorruptCheckpointError(RebuildableError, ValueError):
         self.message = message
         self.path = path
         self.offset = offset
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class LoaderPositionError(RebuildableError, StateMismatchError):
+    """:meth:`Checkpointer.restore <databricks.air.data.Checkpointer.restore>` restored a checkpoint but not the
+    loader position in it, which was saved on another number of ranks.
+
+    Everything else was restored before this was raised: catch it to go on from ``step``.
+
+    Attributes:
+        message: what was restored, and why the position was not.
+        path: the restored checkpoint's folder.
+        step: the step of the restored checkpoint.
+        epoch: the epoch the loader was in when it was saved (``None`` for a loader without epochs).
+        saved_world_size: the number of ranks that saved the checkpoint.
+        world_size: this run's number of ranks.
+    """
+
+    step: Optional[int] = None
+    epoch: Optional[int] = None
+    saved_world_size: Optional[int] = None
+    world_size: Optional[int] = None
+
+    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
 
     def __str__(self) -> str:
         return self.message
