@@ -54,6 +54,20 @@ def train(epochs: int) -> int:
     return epochs
 
 
+def batches(count: int):
+    yield from range(count)
+
+
+async def fetch(url: str) -> str:
+    return url
+
+
+def _decorate(function: object) -> object:
+    from databricks.air import distributed
+
+    return distributed(accelerator_type="CPU", num_accelerators=2)(function)
+
+
 def _decorated():
     from databricks.air import distributed
 
@@ -103,6 +117,12 @@ CASES = {
     "timeout 0": ("Invalid timeout", lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=2, timeout=0)),
     "timeout '1h'": ("Invalid timeout", lambda mp, _: _distributed(
         accelerator_type="CPU", num_accelerators=2, timeout="1h")),
+    "timeout nan": ("Invalid timeout", lambda mp, _: _distributed(
+        accelerator_type="CPU", num_accelerators=2, timeout=float("nan"))),
+    "1000 CPU ranks": ("More CPU ranks than this machine can run", lambda mp, _: _distributed(
+        accelerator_type="CPU", num_accelerators=1000)),
+    "generator": ("The function is a generator or a coroutine", lambda mp, _: lambda: _decorate(batches)),
+    "coroutine": ("The function is a generator or a coroutine", lambda mp, _: lambda: _decorate(fetch)),
     "gpus and num_accelerators": ("Old and new names together", lambda mp, _: _distributed(num_accelerators=2, gpus=2)),
     "gpus": ("Deprecation warnings about `gpus`, `gpu_type` or a GPU type", lambda mp, _: _distributed(gpus=2)),
     "gpu_type H100": ("Deprecation warnings about `gpus`, `gpu_type` or a GPU type", lambda mp, _: _distributed(
@@ -118,6 +138,12 @@ CASES = {
         mp, "DATABRICKS_AIR_START_METHOD", "forkserver")),
     "grace": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
         mp, "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "soon")),
+    "keep calls": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
+        mp, "DATABRICKS_AIR_LOG_KEEP_CALLS", "abc")),
+    "a switch": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
+        mp, "DATABRICKS_AIR_MLFLOW", "flase")),
+    "log dir": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
+        mp, "DATABRICKS_AIR_LOG_DIR", "/etc/passwd")),
     "torch's barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "torch")),
     "the helpers' barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "utils")),
     "RANK one": ("A torchrun variable is not an integer, or disagrees with the process group",
