@@ -446,11 +446,14 @@ class _Planner:
         return consumed
 
     def _remove_imports(self, consumed: Set[Construction]) -> None:
-        """Take out each import of TorchDistributor whose every use goes with the distributors rewritten."""
+        """Take out each import of TorchDistributor whose every use goes with the distributors rewritten, wherever
+        it is (at module level, under ``if __name__ == "__main__":`` or ``try:``, in a function): left behind, it
+        would fail with ModuleNotFoundError where Spark is not installed. One still used for something else stays,
+        and that use is reported (``AM212``)."""
         for var, bindings in self.facts.bindings.items():
-            if var.scope is not None or not any(_imports_torch_distributor(b) for b in bindings):
+            if not any(_imports_torch_distributor(b) for b in bindings):
                 continue
-            if not all(_imports_torch_distributor(b) and not b.guarded for b in bindings):
+            if not all(_imports_torch_distributor(b) for b in bindings):
                 continue
             if _mentions(self.facts.unparsed, var.name):
                 continue

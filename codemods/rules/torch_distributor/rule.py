@@ -291,7 +291,11 @@ class TorchDistributorRule(Rule):
         so do the comments of an import that goes (a distributor's go above the new decorator: :mod:`plan`)."""
         block = self.ancestors[-2]
         carried = self._carry.setdefault(block, _Carried(first=block not in self._kept))
-        carried.lines.extend(original.leading_lines)
+        leading = list(original.leading_lines)
+        if carried.first and carried.removed:  # the block's own spacing is its first statement's, already carried
+            leading = _split_blank_lines(leading)[1]
+        carried.lines.extend(leading)
+        carried.removed += 1
         assert self._plan is not None
         if not any(small in self._plan.removed for small in original.body):
             carried.lines.extend(comment_lines(comments_in(*original.body, original.trailing_whitespace)))
@@ -360,6 +364,8 @@ class _Carried:
     first: bool
     """The first of them was the block's first statement."""
     lines: List[libcst.EmptyLine] = dataclasses.field(default_factory=list)
+    removed: int = 0
+    """How many statements they come from."""
 
     def comments(self) -> List[libcst.EmptyLine]:
         """What must not be lost when no statement follows: the lines, if any holds a comment."""

@@ -89,6 +89,7 @@ class CellSurvey:
 
     def _survey_classes(self, scopes: Set[Scope]) -> None:
         seen: Set[libcst.CSTNode] = set()
+        local_imports: Dict[Var, ImportAssignment] = {}
         for scope in scopes:
             for assignment in scope.assignments:
                 if not isinstance(assignment, ImportAssignment):
@@ -96,12 +97,24 @@ class CellSurvey:
                 imported = _imported_name(assignment)
                 if imported != "pyspark" and not imported.startswith("pyspark."):
                     continue
+                if not isinstance(scope, GlobalScope) and self._own(assignment.node):
+                    local_imports[Var(assignment.name.split(".")[0], scope)] = assignment
                 for access in assignment.references:
                     node = self._outermost(access.node)
                     if node in seen or not self._own(node):
                         continue
                     seen.add(node)
                     self._survey_class_reference(node)
+        for var, assignment in local_imports.items():  # once every constructor call is known
+            self._survey_local_import(var, assignment)
+
+    def _survey_local_import(self, var: Var, assignment: ImportAssignment) -> None:
+        """A function's own import from pyspark (``from pyspark.ml.torch.distributor import TorchDistributor`` in
+        ``main()``): its binding and its reads, so that it goes with the runs it served, as a module-level one."""
+        self._bind(var, assignment)
+        for access in assignment.references:
+            if self._own(access.node):
+                self._survey_use(var, access.node)
 
     def _survey_class_reference(self, node: libcst.CSTNode) -> None:
         names = {name.name for name in qualified_names(self._rule.get_metadata, node)}
