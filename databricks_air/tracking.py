@@ -50,6 +50,21 @@ def tracking_enabled() -> bool:
     return not switched_off(_variables.MLFLOW)
 
 
+def active_run_id() -> Optional[str]:
+    """The MLflow run a call made now nests under: this thread's active run, else the main thread's (a notebook's
+    run, for a call submitted from a worker thread: MLflow keeps one active run per thread). ``None`` when MLflow
+    is not imported (no run can be active) or no run is."""
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is None:
+        return None
+    active = fluent.active_run()
+    if active is not None:
+        return active.info.run_id
+    stacks = getattr(getattr(fluent, "_active_run_stack", None), "get_all_thread_values", lambda: {})()
+    main = stacks.get(threading.main_thread().ident) or []
+    return main[-1].info.run_id if main else None
+
+
 class CallRun:
     """The MLflow run of one call."""
 
@@ -79,7 +94,7 @@ class CallRun:
         """Ends the runs of this experiment whose callers are gone (:func:`end_orphaned_runs`), in the background."""
 
     @classmethod
-    def open(cls, name: str, params: Dict[str, Any]) -> "CallRun":
+    def open(cls, name: str, params: Dict[str, Any], parent_run_id: Optional[str] = None) -> "CallRun":
         """Create the run (fails fast, naming the store and the switch, when the store cannot be reached).
 
         MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
@@ -90,17 +105,19 @@ class CallRun:
         _check_reachable(uri)
         try:
             with _mlflow_quiet.quiet(), _progress.transient(_creating_store_note(uri)):
-                return cls._open(mlflow, uri, name, params)
+                return cls._open(mlflow, uri, name, params, parent_run_id)
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
                 from None
 
     @classmethod
-    def _open(cls, mlflow: Any, uri: str, name: str, params: Dict[str, Any]) -> "CallRun":
+    def _open(
+        cls, mlflow: Any, uri: str, name: str, params: Dict[str, Any], parent_run_id: Optional[str]
+    ) -> "CallRun":
         from mlflow.entities import Param
 
         client = mlflow.MlflowClient(uri)
-        parent = mlflow.active_run()
+        parent = client.get_run(parent_run_id) if parent_run_id else mlflow.active_run()
         tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
         caller = caller_identity(os.getpid())
         if caller is not None:
@@ -197,11 +214,15 @@ class CallRun:
         without making each call's rank 0 import MLflow. ``DATABRICKS_AIR_SYSTEM_METRICS=0`` turns it off (a
         ``.distributed()`` call does not call this then); without ``interval``, both variables are read here.
         """
-        if interval is None:
-            if not _settings.switch(os.environ, _variables.SYSTEM_METRICS, True):
+        if interval is None:  # a workload's attempt: a bad value must not end it, so the default stands in
+            if switched_off(_variables.SYSTEM_METRICS):
                 return
-            interval = _settings.seconds(os.environ, _variables.SYSTEM_METRICS_SECONDS,
-                                         _settings.DEFAULT_SYSTEM_METRICS_SECONDS, positive=True)
+            try:
+                interval = _settings.seconds(os.environ, _variables.SYSTEM_METRICS_SECONDS,
+                                             _settings.DEFAULT_SYSTEM_METRICS_SECONDS, positive=True)
+            except RuntimeConfigurationError as error:
+                print(f"databricks.air: {error}", file=sys.stderr)
+                interval = _settings.DEFAULT_SYSTEM_METRICS_SECONDS
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
         try:
