@@ -226,8 +226,9 @@ def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[Li
 
 def _magic_lines_are_text(source: SourceFile, cell: Cell) -> bool:
     """In a script or a Databricks Python cell that parses, a line that looks like a magic (or a ``# MAGIC`` line)
-    is inside a string or a comment: only a cell that does not parse can hold a bare magic line."""
-    if source.kind == "ipynb" or cell.text is None:
+    is inside a string or a comment: only a cell that does not parse can hold a bare magic line (a cell whose
+    magics were masked so that it parses holds real ones)."""
+    if source.kind == "ipynb" or cell.text is None or cell.masks:
         return False
     try:
         ast.parse(cell.text)

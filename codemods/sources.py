@@ -3,7 +3,8 @@
 * a plain Python file is one cell;
 * a Databricks notebook source (``.py`` whose first line is ``# Databricks notebook source``) is split on its
   ``# COMMAND ----------`` lines; cells whose lines all start with ``# MAGIC`` (other languages, ``%pip``...) are
-  kept as they are;
+  kept as they are; a Python cell that holds bare magic lines (``%pip install x`` without ``# MAGIC``) and does
+  not parse as it is has them masked, as a Jupyter notebook's;
 * a Jupyter notebook (``.ipynb``) gives its code cells, with IPython magics masked by placeholders that are
   valid Python (``%pip install x`` becomes a name, ``x = !ls`` keeps its ``x =``), so that libcst can parse them.
   A placeholder is as long as its magic whenever the magic is long enough to hold a unique one, so positions on
@@ -19,6 +20,7 @@ notebook whose JSON style cannot be reproduced exactly is refused rather than re
 from __future__ import annotations
 
 import abc
+import ast
 import codecs
 import dataclasses
 import json
@@ -115,9 +117,11 @@ class DatabricksFile(SourceFile):
         line = 1 + header.count("\n")
         for number, chunk in enumerate(chunks, start=1):
             python = not _is_magic_chunk(chunk)
+            masked = _masked_python_chunk(number, chunk) if python else None
             cells.append(
                 Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk,
                      code=python or not _is_markdown_chunk(chunk), shell=not python and _is_shell_chunk(chunk))
+                if masked is None else dataclasses.replace(masked, first_line=line, raw=chunk)
             )
             line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
         super().__init__(cells)
@@ -144,6 +148,24 @@ def _encode(text: str, encoding: str) -> bytes:
             f"the migrated text cannot be written in {encoding}, the encoding its coding line declares: it would "
             f"hold {error.object[error.start:error.end]!r}; declare utf-8 instead and run air-migrate again"
         ) from None
+
+
+_MAGIC_LINE = re.compile(r"^[ \t]*(?:[A-Za-z_][\w.]*\s*=\s*)?[%!]", re.MULTILINE)
+
+
+def _masked_python_chunk(number: int, chunk: str) -> Optional[Cell]:
+    """A Python cell of a Databricks source that holds bare magic lines (``%pip install x``, ``!nvidia-smi``, ``x =
+    !ls``) and does not parse as it is, with them masked as a Jupyter notebook's are; ``None`` for any other cell
+    (one that parses holds such a line only in a string: it is Python as it is)."""
+    if not _MAGIC_LINE.search(chunk):
+        return None
+    try:
+        ast.parse(chunk)
+        return None
+    except (SyntaxError, ValueError):
+        pass
+    cell = mask_cell(number, chunk)
+    return cell if cell.text is not None and cell.masks else None
 
 
 def _magic_lines(chunk: str) -> List[str]:

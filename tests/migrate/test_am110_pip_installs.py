@@ -171,7 +171,7 @@ def test_a_pip_line_inside_a_string_or_comment_of_python_code_is_text_not_a_magi
 def test_a_bare_pip_line_in_a_databricks_python_cell_is_reported_and_fixed() -> None:
     source = "# Databricks notebook source\n%pip install serverless_gpu\nimport os\n"
     result = migrate_file("nb.py", source.encode(), RULES, fix_pip=True)
-    assert sorted(r.code for r in result.records) == ["AM110", "AM902"]
+    assert sorted(r.code for r in result.records) == ["AM110"]  # the cell is read with its magic masked
     assert result.migrated == source.replace("serverless_gpu", "databricks-sdk-air").encode()
 
 
