@@ -8,6 +8,13 @@ Where upstream has had two spellings, both are accepted and the older one is rep
 ``code_source: {root_path: ...}`` is current (``type: snapshot`` + ``snapshot:`` is older), so are
 ``environment.unity_catalog_image`` (``docker_image`` older) and ``compute.pool_id`` (``provisioned_capacity_id``).
 Our one addition is ``accelerator_type: CPU`` for CPU ranks.
+
+Our bounds, where upstream states none and a value past them can only be a mistake (or would overflow a timer or
+an ``execve``): at most :data:`MAX_NODES` nodes (so 1024 GPUs of a ``GPU_8x`` type) or :data:`MAX_CPU_RANKS` CPU
+ranks, :data:`MAX_RETRIES` retries, :data:`MAX_TIMEOUT_MINUTES` minutes (30 days), an environment variable of at
+most :data:`MAX_VARIABLE_BYTES` (Linux's limit for one); no string may hold a NUL character (no command, path or
+environment variable can); ``root_path`` may not be ``/``, the home folder or a folder above it, and an include
+path may not lead out of ``root_path`` (through ``..`` or a symbolic link).
 """
 
 from __future__ import annotations
@@ -40,6 +47,12 @@ PRINCIPALS = ("user_name", "group_name", "service_principal_name")
 MAX_COMMAND_LINES = 1000
 MAX_NAME = 100
 MAX_TOKEN = 64
+MAX_NODES = 128
+MAX_CPU_RANKS = 1024
+MAX_RETRIES = 100
+MAX_TIMEOUT_MINUTES = 30 * 24 * 60
+MAX_VARIABLE_BYTES = 128 * 1024 - 1
+"""``NAME=value`` of one environment variable, without its final NUL (``MAX_ARG_STRLEN``: past it, ``execve`` fails)."""
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -221,20 +234,25 @@ class _Checker:
         text = yaml_values.scalar_text(value)
         if not blank_ok and not text.strip():
             self.fail(path, "must not be empty")
+        if "\0" in text:
+            self.fail(path, f"holds a NUL character (\\0) at character {text.index(chr(0)) + 1}, which no command, "
+                      "path or environment variable can hold: remove it")
         return text
 
-    def integer(self, value: Any, path: str, minimum: int) -> int:
+    def integer(self, value: Any, path: str, minimum: int, maximum: int, why: str = "") -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"must be an integer, not {_shown(value)}")
         if value < minimum:
             self.fail(path, f"must be at least {minimum}, not {value}")
+        if value > maximum:
+            self.fail(path, f"must be at most {maximum}, not {value}{why}")
         return int(value)
 
     def name(self, value: Any, path: str) -> str:
         text = self.string(value, path)
         if len(text) > MAX_NAME:
             self.fail(path, f"must be at most {MAX_NAME} characters, not {len(text)}")
-        if not _NAME.match(text):
+        if not _NAME.fullmatch(text):
             bad = sorted({c for c in text if not re.match(r"[A-Za-z0-9_-]", c)})
             self.fail(path, f"{text!r} may only hold ASCII letters, digits, '-' and '_' (not {' '.join(map(repr, bad))}):"
                       " on Databricks it also names the job's task, which allows no other characters")
@@ -264,10 +282,12 @@ class _Checker:
             self.fail("parameters", f"must be a mapping (written to hyperparameters.yaml), not {_shown(parameters)}")
         max_retries = DEFAULT_MAX_RETRIES
         if top.get("max_retries") is not None:
-            max_retries = self.integer(top["max_retries"], "max_retries", 0)
+            max_retries = self.integer(top["max_retries"], "max_retries", 0, MAX_RETRIES,
+                                       " (each retry is a whole run of the command)")
         timeout = None
         if top.get("timeout_minutes") is not None:
-            timeout = self.integer(top["timeout_minutes"], "timeout_minutes", 1)
+            timeout = self.integer(top["timeout_minutes"], "timeout_minutes", 1, MAX_TIMEOUT_MINUTES,
+                                   " (30 days; leave timeout_minutes out for no limit)")
         token = None
         if top.get("idempotency_token") is not None:
             token = self.string(top["idempotency_token"], "idempotency_token").strip()
@@ -318,8 +338,11 @@ class _Checker:
             guess = f" (did you mean {near[0]!r}? the names are case-sensitive)" if near else ""
             self.fail("compute.accelerator_type", f"unknown accelerator type {kind!r}{guess}; expected one of "
                       f"{', '.join(ACCELERATOR_TYPES[:-1])}, or CPU for CPU ranks")
-        count = self.integer(section["num_accelerators"], "compute.num_accelerators", 1)
         per_node = AcceleratorType(kind).gpus_per_node
+        count = self.integer(section["num_accelerators"], "compute.num_accelerators", 1,
+                             per_node * MAX_NODES if per_node else MAX_CPU_RANKS,
+                             f" ({MAX_NODES} nodes of {per_node} GPUs, the most a workload may have)" if per_node
+                             else " (the most CPU ranks a workload may have)")
         if per_node and count % per_node:
             self.fail("compute.num_accelerators", f"{kind} nodes have {per_node} GPUs each, so num_accelerators must be "
                       f"a multiple of {per_node}, not {count}")
@@ -365,7 +388,7 @@ class _Checker:
             self.fail("environment.docker_image", "is the older form of unity_catalog_image: give only one")
         if section.get("unity_catalog_image") is not None:
             url = self.string(section["unity_catalog_image"], "environment.unity_catalog_image")
-            if not _UC_IMAGE.match(url):
+            if not _UC_IMAGE.fullmatch(url):
                 self.fail("environment.unity_catalog_image", f"must be catalog.schema.image[:tag], not {url!r}")
             image = ContainerImage(url)
         elif section.get("docker_image") is not None:
@@ -438,19 +461,20 @@ class _Checker:
             if section.get("root_path") is None:
                 self.fail("code_source.root_path", "is required (the folder to snapshot, e.g. root_path: .)")
         root = self.root_path(self.string(section["root_path"], f"{path}.root_path"), f"{path}.root_path")
+        git = self.git(section.get("git"), f"{path}.git") if section.get("git") is not None else None
         include = None
         if section.get("include_paths") is not None:
             raw = section["include_paths"]
             if not isinstance(raw, list) or not raw:
                 self.fail(f"{path}.include_paths", f"must be a non-empty list of relative paths, not {_shown(raw)}")
-            include = tuple(self.include_path(item, root, f"{path}.include_paths[{i}]") for i, item in enumerate(raw))
-        git = self.git(section.get("git"), f"{path}.git", root) if section.get("git") is not None else None
+            include = tuple(self.include_path(item, root, f"{path}.include_paths[{i}]", on_disk=git is None)
+                            for i, item in enumerate(raw))
         volume = None
         if section.get("remote_volume") is not None:
             volume = self.string(section["remote_volume"], f"{path}.remote_volume")
             if not volume.startswith("/Volumes/"):
                 self.fail(f"{path}.remote_volume", f"must start with /Volumes/, not {volume!r}")
-        return CodeSource(root, include, git, volume)
+        return CodeSource(root, include, git, volume, field=path)
 
     def root_path(self, text: str, path: str) -> str:
         expanded = os.path.expandvars(os.path.expanduser(text))
@@ -461,16 +485,38 @@ class _Checker:
             what = "is not a directory" if os.path.exists(resolved) else "does not exist"
             self.fail(path, f"{resolved} {what} (relative paths are taken from the workload file's folder, "
                       f"{self.base_dir})")
+        real = os.path.realpath(resolved)
+        shown = resolved if real == resolved else f"{resolved} (that is, {real})"
+        if real == os.path.realpath(os.sep):
+            self.fail(path, f"{shown} is the whole file system, which the snapshot would copy into every run: "
+                      "point root_path at your project's folder (root_path: . is the workload file's folder)")
+        home = os.path.realpath(os.path.expanduser("~"))
+        if _contains(real, home):
+            where = "your home folder" if real == home else f"a folder that holds your home folder ({home})"
+            self.fail(path, f"{shown} is {where}, which the snapshot would copy into every run: point root_path at "
+                      "your project's folder (root_path: . is the workload file's folder)")
         return resolved
 
-    def include_path(self, value: Any, root: str, path: str) -> str:
+    def include_path(self, value: Any, root: str, path: str, on_disk: bool = True) -> str:
+        """A path of ``include_paths``: relative, without ``..``; and, for a working-tree snapshot (``on_disk``), a
+        path that exists under ``root`` and stays there once its symbolic links are followed (a git snapshot's paths
+        are looked for in the commit, by :func:`.snapshot.survey`)."""
         text = self.string(value, path)
         parts = text.replace("\\", "/").split("/")
         if os.path.isabs(text) or ".." in parts:
             self.fail(path, f"must be a path relative to root_path, without '..', not {text!r}")
-        return os.path.normpath(text)
+        relative = os.path.normpath(text)
+        if on_disk:
+            where = os.path.join(root, relative)
+            if not os.path.lexists(where):
+                self.fail(path, f"{text!r} does not exist under root_path ({root})")
+            real, real_root = os.path.realpath(where), os.path.realpath(root)
+            if not _contains(real_root, real):
+                self.fail(path, f"{text!r} leads out of root_path, through a symbolic link, to {real}: only what is "
+                          "under root_path can be included (copy it there, or point root_path higher)")
+        return relative
 
-    def git(self, value: Any, path: str, root: str) -> GitPin:
+    def git(self, value: Any, path: str) -> GitPin:
         section = self.keys(value, _GIT, path)
         branch, commit = section.get("branch"), section.get("commit")
         if (branch is None) == (commit is None):
@@ -480,11 +526,11 @@ class _Checker:
                       f"not {_shown(section['remote'])}")
         if branch is not None:
             branch = self.string(branch, f"{path}.branch")
-            if not _BRANCH.match(branch):
+            if not _BRANCH.fullmatch(branch):
                 self.fail(f"{path}.branch", f"{branch!r} may only hold letters, digits and _ . / -")
         if commit is not None:
             commit = self.string(commit, f"{path}.commit")
-            if not _COMMIT.match(commit):
+            if not _COMMIT.fullmatch(commit):
                 self.fail(f"{path}.commit", f"must be a commit hash (hexadecimal), not {commit!r}")
         return GitPin(branch, commit)
 
@@ -495,11 +541,16 @@ class _Checker:
             self.fail(path, f"must be a mapping of NAME: value, not {_shown(value)}")
         variables = {}
         for name, item in value.items():
-            where = f"{path}.{name}"
-            if not isinstance(name, str) or not _VARIABLE.match(name):
+            where = _join(path, name if isinstance(name, str) else repr(name))
+            if not isinstance(name, str) or not _VARIABLE.fullmatch(name):
                 self.fail(where, "is not a valid environment variable name (letters, digits and _, not starting with "
                           "a digit)")
             variables[name] = self.string(item, where, blank_ok=True)
+            size = len(f"{name}={variables[name]}".encode())
+            if size > MAX_VARIABLE_BYTES:
+                self.fail(where, f"is {size} bytes; an environment variable may hold at most {MAX_VARIABLE_BYTES} "
+                          "(NAME=value; Linux refuses to start a command with a longer one): put the value in a file "
+                          "of code_source")
         return variables
 
     def secrets(self, value: Any) -> Dict[str, SecretRef]:
@@ -539,7 +590,7 @@ class _Checker:
                 self.fail("usage_policy_name", f"must be at most 127 characters, not {len(text)}")
         if policy_id is not None:
             text = self.string(policy_id, "usage_policy_id")
-            if not _UUID.match(text):
+            if not _UUID.fullmatch(text):
                 self.fail("usage_policy_id", f"must be a UUID, not {text!r}")
 
     def schedule(self, value: Any) -> Optional[Dict[str, Any]]:
@@ -575,8 +626,15 @@ def project_root(folder: str) -> str:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else folder
 
 
+def _contains(folder: str, path: str) -> bool:
+    """Whether ``path`` is ``folder`` or below it (both absolute and resolved)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+    """A field's path: ``parent.key``, the key quoted when it holds a space or a character not printable."""
+    shown = yaml_values.key_text(key)
+    return f"{path}.{shown}" if path else shown
 
 
 def _shown(value: Any) -> str:

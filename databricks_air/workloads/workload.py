@@ -77,6 +77,8 @@ class CodeSource:
     include_paths: Optional[Tuple[str, ...]] = None
     git: Optional[GitPin] = None
     remote_volume: Optional[str] = None
+    field: str = "code_source"
+    """Where the file sets it (``code_source``, or ``code_source.snapshot`` in the older form), for messages."""
 
 
 @dataclasses.dataclass(frozen=True)
