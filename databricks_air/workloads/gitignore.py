@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from typing import List, Optional
+
+
+MAX_IGNORE_FILE_BYTES = 1 << 20
+"""What is read of one ignore file (a larger one is no list of patterns)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,11 +97,19 @@ class IgnoreRules:
 
     def with_file(self, path: str, base: str) -> "IgnoreRules":
         """These rules plus those of the ignore file ``path`` (``base``: its folder relative to the top)."""
-        try:
-            with open(path, encoding="utf-8", errors="replace") as stream:
-                lines = stream.readlines()
+        try:  # without blocking: a FIFO named .gitignore would wait for a writer forever
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return self
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return self  # a FIFO, a device: no rules
+            with os.fdopen(os.dup(descriptor), "rb") as stream:
+                lines = stream.read(MAX_IGNORE_FILE_BYTES).decode("utf-8", errors="replace").split("\n")
+        except OSError:
+            return self
+        finally:
+            os.close(descriptor)
         added = [rule for rule in (parse_line(line, base) for line in lines) if rule is not None]
         return IgnoreRules(self.rules + added) if added else self
 
