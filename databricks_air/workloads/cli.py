@@ -232,9 +232,16 @@ def cmd_get(args: argparse.Namespace, out: Output) -> int:
         configuration = "(not recorded)"
     data = render.run_data(run)
     if out.json:
+        import yaml
+
         from databricks.air.workloads import yaml_values
 
-        data["configuration"] = yaml_values.plain(yaml_values.load(configuration)) if configuration else None
+        try:
+            data["configuration"] = yaml_values.plain(yaml_values.load(configuration)) if configuration else None
+        except yaml.YAMLError as error:  # recorded by an older version, which took what is refused now (anchors...)
+            out.note(f"run {run.run_id}'s recorded configuration cannot be read back ({error.__class__.__name__}); "
+                     "`air get` without -o json shows it as text")
+            data["configuration"] = None
     out.data(data, render.run_text(run, configuration))
     return 0
 
@@ -335,10 +342,18 @@ def cmd_secrets(args: argparse.Namespace, out: Output) -> int:
     if action == "put":
         ref = secret_store.parse_ref(args.ref)
         value = args.value
-        if value is None:
-            value = getpass.getpass(f"value of {ref}: ") if sys.stdin.isatty() else sys.stdin.read()
-            if value.endswith("\n"):
-                value = value[:-1]
+        try:  # what the store would refuse to hand to a workload is refused now
+            if value is None and sys.stdin.isatty():
+                value = getpass.getpass(f"value of {ref}: ")
+            elif value is None:
+                data = sys.stdin.buffer.read(secret_store.MAX_VALUE_BYTES + 2)
+                value = secret_store.decode(ref, data[:-1] if data.endswith(b"\n") else data, "the value on stdin")
+            else:
+                value = secret_store.decode(ref, value.encode("utf-8", "surrogateescape"), "the value of --value")
+        except InvalidArguments:
+            raise
+        except WorkloadError as error:
+            raise InvalidArguments(str(error)) from None
         path = secret_store.put(ref, value)
         out.data({"secret": str(ref), "path": path}, f"stored {ref} in {path}")
         return 0
