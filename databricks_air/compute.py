@@ -156,7 +156,13 @@ def cpu_mode_from_environment() -> bool:
 
 
 def attached_gpu_count() -> int:
-    """The number of CUDA devices this process may use, without initialising CUDA."""
+    """The number of CUDA devices this process may use, without initialising CUDA (``DATABRICKS_AIR_SIMULATE_GPUS``
+    when it is set: a testing aid)."""
+    from databricks.air._engine.gpu_leases import simulated_count
+
+    simulated = simulated_count(os.environ)
+    if simulated is not None:
+        return simulated
     with _Nvml() as nvml:
         total = nvml.count() if nvml else None
     if total is None:

@@ -20,18 +20,21 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
 import sys
+import threading
 import time
 import types
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from databricks.air import _log_folders as log_folders
-from databricks.air import _settings, _variables, payload, tracking, validation
+from databricks.air import _settings, _variables, compute, payload, tracking, validation
 from databricks.air._engine import launch as engine
 from databricks.air._switches import switched_on
+from databricks.air.asynchronous import DistributedFunctionCall
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 
@@ -176,39 +179,105 @@ class DistributedFunction:
         what failed in a rank is in the error's report.
         """
         try:
-            return self._call(_bind(self.func, args, kwargs))
+            prepared = self._prepare(_bind(self.func, args, kwargs))
+            call = self._handle(prepared)
+            try:
+                values = self._execute(call, prepared)
+            except BaseException as error:
+                call._finish(error=error)
+                raise
+            call._finish(values)
+            return values
         except BaseException as error:
             if switched_on(_variables.DEBUG):
                 raise
             # The frames a user reads are theirs; DATABRICKS_AIR_DEBUG=1 keeps every frame.
             raise error.with_traceback(_without_package_frames(error.__traceback__))
 
-    def _call(self, bound: inspect.BoundArguments) -> List[Any]:
+    def submit(self, *args: Any, **kwargs: Any) -> DistributedFunctionCall:
+        """Start the call and return at once: a :class:`~databricks.air.asynchronous.DistributedFunctionCall`, a
+        :class:`concurrent.futures.Future` of every rank's value (``call.result()``).
+
+        The arguments are bound, checked and pickled here, as :meth:`distributed` does, so a bad one raises now, in
+        the caller; the rest (the MLflow run, waiting for GPUs that other calls hold, the ranks) happens on a
+        thread of its own. ``call.cancel()`` stops it as an interrupt would. Rank 0's output shows in the caller
+        while a thread waits in ``call.result()``; all of it is in the call's log folder (``call.log_dir``).
+
+        Example::
+
+            calls = [train.submit(lr) for lr in (1e-4, 3e-4, 1e-3)]
+            losses = [call.result()[0] for call in concurrent.futures.as_completed(calls)]
+        """
+        try:
+            prepared = self._prepare(_bind(self.func, args, kwargs))
+        except BaseException as error:
+            if switched_on(_variables.DEBUG):
+                raise
+            raise error.with_traceback(_without_package_frames(error.__traceback__))
+        call = self._handle(prepared)
+
+        def run_in_background() -> None:
+            try:
+                values = self._execute(call, prepared)
+            except BaseException as error:  # noqa: BLE001 - the handle carries it to result()
+                call._finish(error=error)
+            else:
+                call._finish(values)
+
+        call._runner = threading.Thread(target=run_in_background, name=f"databricks.air {prepared.name}", daemon=True)
+        call._runner.start()
+        return call
+
+    def _prepare(self, bound: inspect.BoundArguments) -> "_Prepared":
+        """Everything a call needs that can be wrong, checked in the caller before anything is printed, made or
+        recorded: a bad setting or an argument that cannot be pickled is the call's only output."""
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
-        # Every setting and the payload are checked before anything is printed, made or recorded: a bad one is the
-        # call's only output (no log folder, no MLflow run, no store).
         settings = _settings.read(environ)
         engine.check(environ, settings.start_method, self.remote)
         function_bytes = payload.serialize_function(self.func)
         argument_bytes = payload.serialize_arguments(self.func, bound)
         engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
-        run = tracking.CallRun.open(name, self._run_params()) if settings.tracking else None
+        # MLflow's active run is per thread: the caller's, or the notebook's (main thread's) for a call submitted
+        # from a worker thread, is the parent, taken now, on the caller's thread.
+        parent = tracking.active_run_id() if settings.tracking else None
+        return _Prepared(name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent)
+
+    def _handle(self, prepared: "_Prepared") -> DistributedFunctionCall:
+        kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
+        return DistributedFunctionCall(prepared.name, self.num_accelerators, kind)
+
+    def _execute(self, call: DistributedFunctionCall, prepared: "_Prepared") -> List[Any]:
+        """Run a prepared call (on the caller's thread for :meth:`distributed`, on its own for :meth:`submit`),
+        reporting what it does to ``call``; returns every rank's value or raises what the call raises."""
+        name, environ, settings = prepared.name, prepared.environ, prepared.settings
+        background = call._runner is not None
+        params = {**self._run_params(), **prepared.params}
+        run = tracking.CallRun.open(name, params, parent_run_id=prepared.parent) if settings.tracking else None
+        call.run_id = run.run_id if run is not None else None
         status, failure, folder, started = "FAILED", None, None, time.monotonic()
         try:
             folder = log_folders.make(
                 getattr(self.func, "__name__", "function"), settings.log_root, settings.keep_calls, settings.keep_days
             )
-            log_dir = self.last_log_dir = folder.path
-            kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
-            if kind == "CPU":
+            log_dir = self.last_log_dir = call.log_dir = folder.path
+            simulated = engine.simulated_gpus(environ) if not self.remote else None
+            if call.kind == "CPU" or simulated is not None:
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
+            where = f" (simulated: {_variables.SIMULATE_GPUS}={simulated}, ranks run on CPUs)" if simulated else ""
             print(
-                f"databricks.air: running {name} on {self.num_accelerators} {kind} rank(s); logs: {log_dir} "
-                f"({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})",
+                f"databricks.air: running {name} on {self.num_accelerators} {call.kind} rank(s){where}; logs: "
+                f"{log_dir} ({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})",
                 file=sys.stderr,
                 flush=True,
             )
+            if background:
+                print(
+                    f"databricks.air: {name} runs in the background; its rank 0 output shows while a cell waits in "
+                    "result(), and every rank's output is in the log folder",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if run is not None:
                 run.show()
                 if not self.remote:  # ranks on other machines cannot reach the caller's writer: they write their own
@@ -217,7 +286,7 @@ class DistributedFunction:
                 run.start_log_uploads(log_dir, settings.log_upload_seconds)
                 if not self.remote and settings.system_metrics:  # this node's metrics say nothing of other machines
                     run.start_system_metrics(settings.system_metrics_seconds)
-            values = self._launch(name, function_bytes, argument_bytes, environ, log_dir, run, settings)
+            values = self._launch(call, prepared, environ, log_dir, run)
         except KeyboardInterrupt:
             status = "KILLED"
             raise
@@ -234,8 +303,8 @@ class DistributedFunction:
             finally:
                 if folder is not None:  # from now on another call may prune it
                     folder.release()
-                    print(_closing_line(name, failure, status, time.monotonic() - started), file=sys.stderr,
-                          flush=True)
+                    print(_closing_line(name, failure, status, time.monotonic() - started, call.cancelled_asked),
+                          file=sys.stderr, flush=True)
 
     def _run_params(self) -> Dict[str, Any]:
         shape = self.accelerator_type
@@ -248,19 +317,27 @@ class DistributedFunction:
 
     def _launch(
         self,
-        name: str,
-        function_bytes: bytes,
-        argument_bytes: bytes,
+        call: DistributedFunctionCall,
+        prepared: "_Prepared",
         environ: Dict[str, str],
         log_dir: str,
         run: Optional[tracking.CallRun],
-        settings: _settings.CallSettings,
     ) -> List[Any]:
+        gpus: List[str] = []
+        if not self.remote and call.kind == "GPU":  # GPUs of the call's own, leased from every call of the node
+            gpus = engine.leasable_gpus(environ, compute.attached_gpu_count())
+
+        def queued(what: str) -> None:
+            call.waiting_for = what
+
+        def started() -> None:
+            call._mark_running()
+
         launch = engine.Launch(
-            name=name,
+            name=prepared.name,
             world_size=self.num_accelerators,
-            function=function_bytes,
-            arguments=argument_bytes,
+            function=prepared.function_bytes,
+            arguments=prepared.argument_bytes,
             environ=environ,
             cwd=os.getcwd(),
             sys_path=list(sys.path),
@@ -268,20 +345,58 @@ class DistributedFunction:
             log_dir=log_dir,
             timeout=self.timeout,
             timeout_note=_timeout_note(self.timeout),
-            **settings.engine(),
+            **prepared.settings.engine(),
             on_report=run.keep_snapshot if run is not None else None,
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             remote=self.remote,
             accelerator_type=self.accelerator_type,
+            gpus=gpus,
+            on_queued=queued,
+            on_started=started,
+            cancelled=call._cancel_asked,
+            show_live=call._live if call._runner is not None else None,
+            on_lease=lambda devices: setattr(call, "gpus", tuple(devices)),
         )
         return engine.run(launch)
 
 
-def _closing_line(name: str, failure: Optional[BaseException], status: str, seconds: float) -> str:
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """A call checked in the caller and ready to run."""
+
+    name: str
+    environ: Dict[str, str]
+    settings: _settings.CallSettings
+    function_bytes: bytes
+    argument_bytes: bytes
+    params: Dict[str, str]
+    """The arguments, as the run's params (``arg.<name>``)."""
+    parent: Optional[str]
+    """The MLflow run the call's run nests under, taken on the caller's thread."""
+
+
+_PARAM_VALUE_CHARS = 250
+
+
+def _argument_params(bound: inspect.BoundArguments) -> Dict[str, str]:
+    """The call's arguments as MLflow params (``arg.lr = 0.001``): what tells the trials of a sweep apart. A long
+    value is cut (MLflow keeps at most 6000 characters; a tensor's repr says nothing useful past a line)."""
+    params = {}
+    for key, value in bound.arguments.items():
+        text = repr(value)
+        params[f"arg.{key}"] = text if len(text) <= _PARAM_VALUE_CHARS else text[: _PARAM_VALUE_CHARS - 3] + "..."
+    return params
+
+
+def _closing_line(
+    name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool = False
+) -> str:
     """The call's last line of its own: how it ended, and after how long."""
     took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     if status == "FINISHED":
         return f"databricks.air: {name} finished in {took}"
+    if status == "KILLED" and cancelled:
+        return f"databricks.air: {name} was cancelled after {took}; every rank was stopped"
     if status == "KILLED":
         return f"databricks.air: {name} was interrupted after {took}; every rank was stopped"
     if isinstance(failure, LocalExecutionTimeoutError):

@@ -105,6 +105,7 @@ class CallRun:
         _check_reachable(uri)
         try:
             with _mlflow_quiet.quiet(), _progress.transient(_creating_store_note(uri)):
+                _make_store_once(mlflow, uri)
                 return cls._open(mlflow, uri, name, params, parent_run_id)
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
@@ -407,6 +408,39 @@ def _creating_store_note(uri: str) -> Optional[str]:
     if path in ("", ":memory:") or os.path.exists(path):
         return None
     return f"databricks.air: creating the MLflow store {path} (the first call only)..."
+
+
+_stores_ready: set = set()
+_stores_lock = threading.Lock()
+
+
+def _make_store_once(mlflow: Any, uri: str) -> None:
+    """Open a SQLite store for the first time under a lock that every process of this user shares.
+
+    MLflow makes and migrates a new store's tables when it first opens it; two processes (or threads) doing that at
+    once in a fresh folder fail (``duplicate column name: step``, an Alembic version mismatch). The lock is a file
+    in the user's private folder named after the database's path; the operating system drops it if its holder
+    dies. Other stores (a server, a folder) need none.
+    """
+    if not uri.startswith("sqlite:///") or uri in _stores_ready:
+        return
+    import fcntl
+    import hashlib
+
+    from databricks.air._engine.user_folder import user_folder
+
+    database = os.path.abspath(uri[len("sqlite:///"):])
+    lock_path = os.path.join(user_folder("stores"), hashlib.sha256(database.encode()).hexdigest()[:32] + ".lock")
+    with _stores_lock, open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # makes and migrates the tables
+        except Exception as error:  # noqa: BLE001 - any store failure
+            raise RuntimeConfigurationError(
+                f"cannot open the MLflow store {uri}: {type(error).__name__}: {error}. Fix the store (or remove "
+                f"{database} if it holds nothing you need), or set {_variables.MLFLOW}=0 to run without tracking."
+            ) from error
+        _stores_ready.add(uri)
 
 
 def _check_reachable(uri: str) -> None:

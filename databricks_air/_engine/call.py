@@ -95,6 +95,8 @@ class Launch:
     and on a Ray cluster."""
     on_queued: Optional[Callable[[str], None]] = None
     """Called once, with what it waits for, when the call must wait for GPUs that other calls hold."""
+    on_lease: Optional[Callable[[Sequence[str]], None]] = None
+    """Called with the GPUs the call leased, once it holds them."""
     on_started: Optional[Callable[[], None]] = None
     """Called once the call holds what it needs and its ranks are starting (after any wait)."""
     cancelled: Optional[threading.Event] = None

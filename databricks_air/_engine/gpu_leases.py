@@ -49,8 +49,9 @@ class LeaseTimeout(TimeoutError):
     """The deadline came while a call still waited for GPUs; nothing was started."""
 
 
-class LeaseCancelled(Exception):
-    """The call was cancelled while it waited for GPUs; nothing was started."""
+class LeaseCancelled(KeyboardInterrupt):
+    """The call was cancelled while it waited for GPUs; nothing was started. A cancel is an interrupt that did not
+    come through a signal, and ends the call as one (its run ``KILLED``)."""
 
 
 def simulated_count(environ: Mapping[str, str]) -> Optional[int]:

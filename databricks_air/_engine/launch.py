@@ -25,12 +25,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Type
+from typing import Any, Dict, List, Mapping, Optional, Type
 
+from databricks.air._engine import gpu_leases
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
 
-__all__ = ["Launch", "call_class", "prewarm", "run"]
+__all__ = ["Launch", "call_class", "leasable_gpus", "prewarm", "run", "simulated_gpus"]
 
 
 def call_class(remote: bool) -> Type[Call]:
@@ -51,6 +52,16 @@ def check(environ: Mapping[str, str], start_method: str, remote: bool = False) -
 def prewarm(environ: Dict[str, str], remote: bool = False) -> None:
     """Get ready for a call with this environment that comes soon, so that it starts sooner."""
     call_class(remote).prewarm(environ)
+
+
+def leasable_gpus(environ: Mapping[str, str], count: int) -> List[str]:
+    """The GPUs of this machine a local call may lease (:attr:`Launch.gpus`), ``count`` being how many it sees."""
+    return gpu_leases.node_devices(environ, count)
+
+
+def simulated_gpus(environ: Mapping[str, str]) -> Optional[int]:
+    """The GPU count ``DATABRICKS_AIR_SIMULATE_GPUS`` makes this node show (ranks then run on CPUs), or ``None``."""
+    return gpu_leases.simulated_count(environ)
 
 
 def run(launch: Launch) -> List[Any]:

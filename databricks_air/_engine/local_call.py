@@ -79,6 +79,8 @@ class LocalCall(Call):
         self.check(launch.environ, launch.start_method)
         if launch.gpus:
             self.lease = self._lease(deadline)
+            if launch.on_lease is not None:
+                launch.on_lease(self.lease.devices)
         if launch.on_started is not None:
             launch.on_started()
         self.server = server = rank_server_handle.pool.acquire(launch.environ)
