@@ -93,11 +93,16 @@ def test_keep_leaves_the_newest_complete_checkpoints(tmp_path: Path) -> None:
     checkpointer = Checkpointer(tmp_path, keep=2)
     for step in range(1, 6):
         checkpointer.save(step, model=model, optimizer=optimizer)
+        # A removed checkpoint reads as unfinished when save returns; its files are deleted on a thread.
+        assert not (tmp_path / f"step_{step - 2}" / ".metadata").exists()
+        assert (tmp_path / f"step_{step - 1}" / ".metadata").exists() or step == 1
+    checkpointer.wait_for_removal()
     assert sorted(os.listdir(tmp_path)) == ["step_4", "step_5"]
 
     everything = Checkpointer(tmp_path / "all", keep=None)
     for step in (10, 20, 30):
         everything.save(step, model=model)
+    everything.wait_for_removal()
     assert sorted(os.listdir(tmp_path / "all")) == ["step_10", "step_20", "step_30"]
 
 
@@ -108,9 +113,11 @@ def test_keep_counts_complete_checkpoints_and_leaves_later_steps_for_their_own_s
         checkpointer.save(step, model=model)
     os.remove(tmp_path / "step_3" / ".metadata")  # step 3's save "did not finish"
     checkpointer.save(4, model=model)  # (the folder of an unfinished save before 4 goes; complete 2 stays)
+    checkpointer.wait_for_removal()
     assert sorted(os.listdir(tmp_path)) == ["step_2", "step_4"]
     # Back to step 2 (as if step 4 had failed its checksums), then on to 3: step 4 stays until step 4 is saved.
     checkpointer.save(3, model=model)
+    checkpointer.wait_for_removal()
     assert sorted(os.listdir(tmp_path)) == ["step_2", "step_3", "step_4"]
 
 
