@@ -239,10 +239,12 @@ def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
     from databricks.air._engine import launch as engine
     from databricks.air._engine.local_call import LocalCall
 
+    from databricks.air._engine.rank_server import NO_STORE_HERE
+
     class NoStoreServer:
         def request(self, message: dict) -> dict:
-            assert message["op"] == "store"
-            return {"op": "error", "message": "No module named 'torch'"}
+            assert message["op"] == "store" and message["host"] == "127.0.0.1"
+            return {"op": "error", "message": f"{NO_STORE_HERE}: No module named 'torch'"}
 
     plan = engine.Launch(
         name="f", world_size=2, function=b"", arguments=b"", environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},

@@ -46,7 +46,8 @@ def test_a_call_is_one_run_with_every_ranks_metrics_params_tags_and_logs(
     run = only_run(client)
     assert run.info.status == "FINISHED"
     assert run.data.params == {
-        "num_accelerators": "2", "accelerator_type": "CPU", "timeout": "120", "function": "log_losses"
+        "num_accelerators": "2", "accelerator_type": "CPU", "timeout": "120", "function": "log_losses",
+        "arg.steps": "3",  # the call's arguments: what tells the trials of a sweep apart
     }
     assert run.data.tags["databricks.air.version"] == __import__("databricks.air").air.__version__
     assert run.data.tags["databricks.air.host"] == socket.gethostname()

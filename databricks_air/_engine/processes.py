@@ -97,8 +97,12 @@ def listen(host: str, port: int = 0, backlog: int = 128) -> socket.socket:
             return server
         except OSError as error:
             server.close()
-            errors.append(f"{address[0]}: {error.strerror or error}")
-    raise OSError(f"cannot listen on {host}:{port} ({'; '.join(errors) or 'the name resolves to no address'})")
+            errors.append((address[0], error.strerror or str(error)))
+    if len(errors) == 1:
+        why = errors[0][1]
+    else:
+        why = "; ".join(f"{where}: {what}" for where, what in errors) or "the name resolves to no address"
+    raise OSError(f"cannot listen on {host}:{port}: {why}")
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -292,6 +292,9 @@ def _host_store(report_fd: int, host: str, world_size: int, port: int, timeout: 
             master_listen_fd=listener.detach(),
         )
         os.write(report_fd, f"port {store.port}".encode())
+    except OSError as error:  # listen's own message names the address
+        os.write(report_fd, str(error).encode())
+        os._exit(1)
     except BaseException as error:  # noqa: BLE001
         os.write(report_fd, f"cannot host the rendezvous store on {host}:{port}: {error}".encode())
         os._exit(1)
