@@ -259,7 +259,7 @@ def test_a_use_in_any_later_cell_keeps_the_old_name_imported() -> None:
 
 
 def test_a_mention_in_a_cell_no_rule_can_parse_counts_as_a_use() -> None:
-    source = DATABRICKS + "\n# COMMAND ----------\n\n%cd /tmp\nprint(GPUType.A10)\n"
+    source = DATABRICKS + "\n# COMMAND ----------\n\npip install torch\nprint(GPUType.A10)\n"
     result = migrate(source, "nb.py")
     assert "from databricks.air.compute import GPUType, AcceleratorType\n" in output(result)
     assert [r.code for r in result.records if r.cell == 5] == ["AM902"]

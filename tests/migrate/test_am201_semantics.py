@@ -79,7 +79,7 @@ def test_a_jupyter_notebook_rebinding_its_distributor_in_the_same_cell_is_rewrit
     [
         [REBOUND[0], "def later():\n    d.run(b)\n", REBOUND[1]],  # a use that waits in a function
         ["d.run(a)\n", *REBOUND],  # a use before the first binding
-        [REBOUND[0], "for _ in range(2):\n    d = TorchDistributor(4)\n", REBOUND[1]],  # a binding in a loop
+        [REBOUND[0], "for _ in range(2):\n    d = TorchDistributor(4)\n    d.run(a)\n", "d.run(b)\n"],  # in a loop
     ],
     ids=["deferred use", "use before", "loop"],
 )
@@ -89,6 +89,15 @@ def test_a_rebound_distributor_whose_uses_cannot_be_told_apart_is_blocked(cells:
     assert out == source
     assert person_items(report) and all(item.startswith("AM212 blocking d is bound more than once") for item in
                                  person_items(report))
+
+
+def test_a_binding_in_a_loop_whose_runs_follow_other_bindings_at_once_is_left_and_the_runs_rewritten() -> None:
+    cells = [REBOUND[0], "for _ in range(2):\n    d = TorchDistributor(4)\n", REBOUND[1]]
+    out, report = migrate(databricks(IMPORT + "\n" + FUNCTIONS, *cells), "nb.py")
+    assert "a.distributed()\n" in out and "b.distributed()\n" in out and "    d = TorchDistributor(4)\n" in out
+    assert IMPORT in out  # the loop's distributor still needs it
+    assert person_items(report) == ["AM212 manual d = TorchDistributor(...) is never run in this file, so it is left "
+                                    "as it is (and so is its import): remove it if nothing else uses it"]
 
 
 def test_one_function_run_by_two_rebound_distributors_of_different_sizes_is_blocked() -> None:
@@ -128,9 +137,9 @@ def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
         ("n = torch.cuda.device_count()\nn = n // 2\n", ""),
         ("n = torch.cuda.device_count() // 2\n", ""),
         ("n = torch.cuda.device_count()\n", "%time n = 1\n"),
-        ("n = 4\n", ""),
+        ("n = 4\n", "n = 2\n"),
     ],
-    ids=["rebound", "expression", "magic", "literal"],
+    ids=["rebound", "expression", "magic", "two literals"],
 )
 def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> None:
     source = notebook(f"import torch\n{IMPORT}{binding}", extra + "def train():\n    return 1",
@@ -138,9 +147,19 @@ def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> 
     out, report = migrate(source, "nb.ipynb")
     assert out == source
     assert person_items(report)[0] == (
-        "AM208 blocking num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot "
-        "carry it over to @distributed(num_accelerators=...): write the number, or migrate by hand"
+        "AM208 blocking num_processes=n, and n is not bound to an integer literal or to torch.cuda.device_count() "
+        "(nor to the same one wherever it is bound), so air-migrate cannot carry it over to "
+        "@distributed(num_accelerators=...): write the number, or migrate by hand"
     )
+
+
+@pytest.mark.parametrize("binding", ["N = 4\n", "N: int = 4\n", "N = 4\nN = 4\n"], ids=["once", "annotated", "same"])
+def test_a_count_name_bound_to_an_integer_literal_is_carried_over(binding: str) -> None:
+    source = databricks(f"import torch\n{IMPORT}{binding}", "def train():\n    return 1\n",
+                        "TorchDistributor(num_processes=N).run(train)\n")
+    out, report = migrate(source, "nb.py")
+    assert "@distributed(num_accelerators=4, timeout=None)\ndef train():" in out and binding.split("\n")[0] in out
+    assert not person_items(report)
 
 
 def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() -> None:
@@ -213,3 +232,23 @@ def test_a_function_rebinding_its_own_distributor_is_followed_unless_a_nested_fu
     out, report = migrate(nested)
     assert out == nested
     assert all(item.startswith("AM212 blocking d is bound more than once") for item in person_items(report))
+
+
+def test_a_binding_in_a_block_used_further_on_is_not_told_apart_from_another_blocks() -> None:
+    # Only the statement right after a binding is taken to read it; a use further on is followed only when every
+    # binding is a plain statement of its block, which these are not.
+    source = databricks(IMPORT + "\n" + FUNCTIONS,
+                        'if __name__ == "__main__":\n    d = TorchDistributor(2)\n    print("go")\n    d.run(a)\n',
+                        "try:\n    d = TorchDistributor(4)\n    d.run(b)\nexcept RuntimeError:\n    pass\n")
+    out, report = migrate(source, "nb.py")
+    assert out == source
+    assert all(item.startswith("AM212 blocking d is bound more than once") for item in person_items(report))
+
+
+def test_a_count_rebound_between_its_binding_and_the_constructor_is_not_followed() -> None:
+    source = databricks(f"import torch\n{IMPORT}" + FUNCTIONS,
+                        "n = torch.cuda.device_count()\nTorchDistributor(num_processes=n).run(a)\n",
+                        "n = torch.cuda.device_count()\nn = n // 2\nTorchDistributor(num_processes=n).run(b)\n")
+    out, report = migrate(source, "nb.py")
+    assert out == source
+    assert [item.split(" ", 2)[:2] for item in person_items(report)] == [["AM208", "blocking"]]

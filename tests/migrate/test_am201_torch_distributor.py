@@ -136,8 +136,9 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
     [
         ("num_processes=0", "num_processes=0 is not a number of ranks (TorchDistributor raises ValueError for it): "
                             "write 1 or more"),
-        ("n", "num_processes=n, and n is not bound once to torch.cuda.device_count(), so air-migrate cannot carry "
-              "it over to @distributed(num_accelerators=...): write the number, or migrate by hand"),
+        ("n", "num_processes=n, and n is not bound to an integer literal or to torch.cuda.device_count() (nor to the "
+              "same one wherever it is bound), so air-migrate cannot carry it over to @distributed(num_accelerators="
+              "...): write the number, or migrate by hand"),
         ("torch.cuda.device_count(), use_gpu=False", "num_processes=torch.cuda.device_count() with use_gpu=False "
                                                      "counts GPUs for CPU ranks: write the number of CPU ranks"),
         ("2, use_gpu=GPU", "use_gpu= is not True or False as written, so air-migrate cannot tell what it runs on: "

@@ -65,7 +65,7 @@ DATABRICKS = (
     "#COMMAND ----------\n"
     "x = 1\n"
     "# COMMAND ----------\n"
-    "%cd /tmp\n"
+    "pip install torch\n"  # (automagic: no % sign, so not a magic either)
     "import serverless_gpu\n"
     "\n"
     "# COMMAND ----------\n"

@@ -5,10 +5,12 @@ The constructor of ``pyspark.ml.torch.distributor.TorchDistributor`` is
 that order, or by keyword. (Its docstring says ``local_mode`` defaults to false; the code says ``True``, and the code
 is what runs.) A configuration carries over only when every value is known exactly:
 
-* ``num_processes``: an integer literal of 1 or more is ``num_accelerators=N``; ``torch.cuda.device_count()`` is the
-  decorator's own default, every GPU of the node, and so is a name bound once to it (``n =
-  torch.cuda.device_count()``, then ``num_processes=n``: a module-level name is settled once every cell is known,
-  :attr:`Reading.count_name`);
+* ``num_processes``: an integer literal of 1 or more is ``num_accelerators=N``, and so is a name bound to one
+  (``N = 2``, then ``num_processes=N``); ``torch.cuda.device_count()`` is the decorator's own default, every GPU of
+  the node, and so is a name bound to it (``n = torch.cuda.device_count()``, then ``num_processes=n``). A name counts
+  when every binding of it gives the same value, or when the binding is the statement just before the constructor
+  (a notebook that counts the GPUs again in each cell); a module-level name is settled once every cell is known
+  (:attr:`Reading.count_name`);
 * ``local_mode``: ``True`` (or left out); ``False`` runs on the Spark cluster's workers, which ``@distributed`` (one
   node) does not do;
 * ``use_gpu``: ``True`` (or left out) is GPU ranks; ``False`` is CPU ranks, ``accelerator_type="CPU"``.
@@ -74,6 +76,13 @@ class CountName:
     name: str
     arg: libcst.Arg
     cpu: bool
+    use_gpu: Optional[libcst.Arg] = None
+    """The ``use_gpu=False`` argument, when ``cpu``."""
+
+
+CountValue = Union[int, str, None]
+"""What a name given as the count holds: an integer, :data:`NAME_ALL_GPUS` (``torch.cuda.device_count()``), or
+``None`` (not known)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +96,15 @@ class Reading:
     count_name: Optional[CountName] = None
     """The count is a module-level name, to settle with :meth:`settled` (the configuration is ``None`` until then)."""
 
-    def settled(self, all_gpus: bool) -> "Reading":
-        """The reading once :attr:`count_name` is known to be bound once to ``torch.cuda.device_count()`` (or not)."""
+    def settled(self, value: "CountValue") -> "Reading":
+        """The reading once what :attr:`count_name` holds where it is read is known (``None``: it is not)."""
         pending = self.count_name
         assert pending is not None
-        if all_gpus and not pending.cpu:
-            return Reading(Config(ALL_GPUS), [], None)
-        problem = _device_count_for_cpu(pending.arg) if all_gpus else _not_a_literal(pending.arg, pending.name)
-        return Reading(None, [problem])
+        problems: List[Problem] = []
+        count = _named_count(value, pending.arg, pending.name, pending.cpu, problems)
+        if problems:
+            return Reading(None, problems)
+        return Reading(Config(count, cpu=pending.cpu), [], pending.use_gpu if pending.cpu else None)
 
 
 NAME_ALL_GPUS, NAME_AT_MODULE_LEVEL = "all_gpus", "module_level"
@@ -104,11 +114,12 @@ NAME_ALL_GPUS, NAME_AT_MODULE_LEVEL = "all_gpus", "module_level"
 def read_constructor(
     call: libcst.Call,
     is_device_count: Callable[[libcst.BaseExpression], bool],
-    read_name: Callable[[libcst.Name], Optional[str]] = lambda name: None,
+    read_name: Callable[[libcst.Name], CountValue] = lambda name: None,
 ) -> Reading:
     """Read ``TorchDistributor(...)``; ``is_device_count`` tells ``torch.cuda.device_count()`` calls (by scope), and
-    ``read_name`` what a name given as the count is: :data:`NAME_ALL_GPUS` (a local bound once to that call),
-    :data:`NAME_AT_MODULE_LEVEL` (a module-level name, settled later), or ``None`` (anything else)."""
+    ``read_name`` what a name given as the count is: :data:`NAME_ALL_GPUS` (a local bound to that call), an integer
+    (a local bound to that literal), :data:`NAME_AT_MODULE_LEVEL` (a module-level name, settled later), or ``None``
+    (anything else)."""
     given, problems = _bind(call)
     local_mode = _boolean(given.get("local_mode"), True, "local_mode", problems)
     if local_mode is False:
@@ -121,18 +132,38 @@ def read_constructor(
         ))
     use_gpu = _boolean(given.get("use_gpu"), True, "use_gpu", problems)
     count_arg = given.get("num_processes")
-    found = read_name(count_arg.value) if count_arg is not None and isinstance(count_arg.value, libcst.Name) else None
+    cpu_argument = next((arg for arg in call.args if given.get("use_gpu") is arg), None)
+    named = count_arg is not None and isinstance(count_arg.value, libcst.Name)
+    found = read_name(count_arg.value) if named else None  # type: ignore[union-attr, arg-type]
     if found == NAME_AT_MODULE_LEVEL:
         if problems or use_gpu is None:
             return Reading(None, problems)
-        return Reading(None, [], count_name=CountName(count_arg.value.value, count_arg, not use_gpu))  # type: ignore
-    count = _count(count_arg, lambda value: found == NAME_ALL_GPUS or is_device_count(value), use_gpu is False,
-                   problems)
+        return Reading(None, [], count_name=CountName(count_arg.value.value, count_arg, not use_gpu,  # type: ignore
+                                                      cpu_argument))
+    if named:
+        count = _named_count(found, count_arg, count_arg.value.value, use_gpu is False, problems)  # type: ignore
+    else:
+        count = _count(count_arg, is_device_count, use_gpu is False, problems)
     if problems or use_gpu is None:
         return Reading(None, problems)
     config = Config(count, cpu=not use_gpu)
-    cpu_argument = next((arg for arg in call.args if given.get("use_gpu") is arg), None)
     return Reading(config, [], cpu_argument if config.cpu else None)
+
+
+def _named_count(
+    value: CountValue, arg: libcst.Arg, name: str, cpu: bool, problems: List[Problem]
+) -> Union[int, None]:
+    """The count a name holds: its integer, or :data:`ALL_GPUS` for ``torch.cuda.device_count()``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value >= 1:
+            return value
+        problems.append(Problem(CONFIG, f"num_processes={name}, and {name} is {value}, not a number of ranks "
+                                        "(TorchDistributor raises ValueError for it): write 1 or more", arg))
+        return None
+    if value == NAME_ALL_GPUS and not cpu:
+        return ALL_GPUS
+    problems.append(_device_count_for_cpu(arg) if value == NAME_ALL_GPUS else _not_a_literal(arg, name))
+    return None
 
 
 def _bind(call: libcst.Call) -> "tuple[dict, List[Problem]]":
@@ -201,7 +232,7 @@ def _device_count_for_cpu(arg: libcst.Arg) -> Problem:
 
 
 def _not_a_literal(arg: libcst.Arg, name: Optional[str]) -> Problem:
-    what = (f"num_processes={name}, and {name} is not bound once to torch.cuda.device_count()" if name else
-            "num_processes is not an integer literal")
+    what = (f"num_processes={name}, and {name} is not bound to an integer literal or to torch.cuda.device_count() "
+            "(nor to the same one wherever it is bound)" if name else "num_processes is not an integer literal")
     return Problem(CONFIG, f"{what}, so air-migrate cannot carry it over to @distributed(num_accelerators=...): "
                            "write the number, or migrate by hand", arg)

@@ -13,11 +13,11 @@ column)``, 1-based, which orders them as a notebook runs them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import libcst
 
-from air_migrate.rules.torch_distributor.config import Reading
+from air_migrate.rules.torch_distributor.config import NAME_ALL_GPUS as ALL_GPUS_NAME, Reading
 
 Where = Tuple[int, int, int]
 """``(cell, line in the cell, column)``, all 1-based: the order in which a notebook runs its statements."""
@@ -79,6 +79,9 @@ class Construction:
     """The line of the assignment (whose trailing comment goes with it when the assignment is all it holds)."""
     method: Optional[MethodCall] = None
     """``TorchDistributor(...).run(...)``: the call made on it directly."""
+    where: Where = (0, 0, 0)
+    deferred: bool = False
+    """Inside a function or lambda: its count is read when that is called, not where it is written."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -101,6 +104,21 @@ class Binding:
     straight: bool = False
     """A statement of its scope's own block (not under an ``if``, a loop, a ``try``...): it runs, in file order,
     whenever the code around it does. Only those let a variable bound several times be followed."""
+    literal: Optional[int] = None
+    """``name = 2`` (or annotated): an integer literal, which a count held in the name carries."""
+    next_span: Optional[Tuple[Where, Where]] = None
+    """For a plain assignment of a distributor or a count: from the end of the assignment to the end of the next
+    statement of its block. Whatever in it reads the name reads this binding, when no other binding of the name lies
+    in it: each block of a notebook may bind the same name and use it at once."""
+
+    @property
+    def count(self) -> Union[int, str, None]:
+        """What a count held in this name is (see :data:`~air_migrate.rules.torch_distributor.config.CountValue`)."""
+        return ALL_GPUS_NAME if self.device_count else self.literal
+
+    def just_before(self, where: Where) -> bool:
+        """``where`` lies in :attr:`next_span`."""
+        return self.next_span is not None and self.next_span[0] <= where <= self.next_span[1]
 
 
 @dataclasses.dataclass(eq=False)

@@ -39,6 +39,7 @@ from air_migrate.rules.torch_distributor.codes import (
     TARGET,
 )
 from air_migrate.rules.torch_distributor.comments import comments_in
+from air_migrate.rules.torch_distributor.config import CountValue
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEF,
@@ -211,11 +212,8 @@ class _Planner:
 
     def _read_construction(self, construction: Construction) -> None:
         pending = construction.reading.count_name
-        if pending is not None:  # `num_processes=n`: bound once, in any cell, to torch.cuda.device_count()?
-            bindings = self.facts.bindings.get(Var(pending.name), [])
-            all_gpus = len(bindings) == 1 and bindings[0].device_count and not _mentions(self.facts.unparsed,
-                                                                                          pending.name)
-            construction.reading = construction.reading.settled(all_gpus)
+        if pending is not None:  # `num_processes=n`: what does n hold there, in any cell?
+            construction.reading = construction.reading.settled(self._count_held(pending.name, construction))
         for problem in construction.reading.problems:
             self.plan.note(problem.node, problem.code, problem.message)
         method = construction.method
@@ -225,6 +223,24 @@ class _Planner:
             self.plan.note(construction.call, DISTRIBUTOR_USED, "this TorchDistributor is passed on or stored, "
                            "not assigned to a variable nor run at once, so air-migrate cannot follow it: migrate "
                            "it by hand")
+
+    def _count_held(self, name: str, construction: Construction) -> CountValue:
+        """What the module-level name ``name`` holds where ``construction`` reads it as its count: the value every
+        binding gives it, or that of the binding just before the constructor (``n = torch.cuda.device_count()``
+        again in each cell); ``None`` when that cannot be told."""
+        if _mentions(self.facts.unparsed, name):
+            return None
+        bindings = sorted(self.facts.bindings.get(Var(name), []), key=lambda binding: binding.where)
+        values = {binding.count for binding in bindings}
+        if len(values) == 1:
+            return values.pop()
+        if construction.deferred:
+            return None  # read when its function is called, after whichever binding ran last
+        for binding in bindings:
+            if binding.just_before(construction.where) and not any(
+                    binding.where < other.where < construction.where for other in bindings):
+                return binding.count
+        return None
 
     def _read_variable(self, var: Var) -> None:
         owned = self._uses_by_construction(var)
@@ -260,10 +276,10 @@ class _Planner:
             return None
         if len(bindings) == 1:
             return [(bindings[0].construction, list(uses))]  # type: ignore[list-item]
-        if not all(binding.straight for binding in bindings) or any(use.deferred for use in uses):
+        if any(use.deferred for use in uses):
             return None
-        if any(use.where < bindings[0].where for use in uses):
-            return None
+        if not all(binding.straight for binding in bindings) or any(use.where < bindings[0].where for use in uses):
+            return _uses_just_after(bindings, uses)
         owned: List[Tuple[Construction, List[Use]]] = []
         for binding, following in zip(bindings, [*bindings[1:], None]):
             mine = [use for use in uses if binding.where < use.where and (following is None
@@ -517,6 +533,23 @@ class _Planner:
     def _in_effect(self, where: Where, at: Where) -> bool:
         """A name bound at ``where`` is still bound at ``at``: before it, with no restart in between."""
         return where < at and not any(where < restart < at for restart in self.facts.restarts)
+
+
+def _uses_just_after(bindings: Sequence[Binding], uses: Sequence[Use]) -> Optional[List[Tuple[Construction,
+                                                                                                List[Use]]]]:
+    """Each binding with the uses in the statement just after it, when every use is in one and no other binding
+    lies there (``d = TorchDistributor(2)`` then ``d.run(f)`` in an ``if __name__ == "__main__":`` block, and
+    again in a ``try:`` block); ``None`` otherwise."""
+    owned: List[Tuple[Construction, List[Use]]] = []
+    claimed = 0
+    for binding in bindings:
+        span = binding.next_span
+        if span is not None and any(span[0] <= other.where <= span[1] for other in bindings if other is not binding):
+            return None
+        mine = [use for use in uses if binding.just_before(use.where)]
+        claimed += len(mine)
+        owned.append((binding.construction, mine))  # type: ignore[arg-type]
+    return owned if claimed == len(uses) else None
 
 
 def _block(runs: Sequence[_Run]) -> None:

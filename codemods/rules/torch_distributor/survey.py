@@ -16,7 +16,7 @@ The statements of the cell's prefix (earlier cells' imports) are recorded by the
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 import libcst
 from libcst.helpers import get_full_name_for_node
@@ -32,7 +32,12 @@ from libcst.metadata import (
 )
 
 from air_migrate.rules.torch_distributor.codes import DEEPSPEED, DISTRIBUTOR_USED, SCRIPT, TARGET
-from air_migrate.rules.torch_distributor.config import NAME_ALL_GPUS, NAME_AT_MODULE_LEVEL, read_constructor
+from air_migrate.rules.torch_distributor.config import (
+    NAME_ALL_GPUS,
+    NAME_AT_MODULE_LEVEL,
+    CountValue,
+    read_constructor,
+)
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEEPSPEED_DISTRIBUTOR,
@@ -140,7 +145,8 @@ class CellSurvey:
                                                 "which air-migrate cannot rewrite: migrate it by hand")
 
     def _survey_construction(self, call: libcst.Call) -> None:
-        construction = Construction(call, read_constructor(call, self._is_device_count, self._read_count_name))
+        construction = Construction(call, read_constructor(call, self._is_device_count, self._read_count_name),
+                                    where=self._where(call), deferred=self._in_function(call))
         self._constructions[call.func] = construction
         self._facts.constructions.append(construction)
         parent = self._parent(call)
@@ -161,28 +167,66 @@ class CellSurvey:
     def _refer(self, node: libcst.CSTNode, code: str, message: str) -> None:
         self._facts.references.append(Reference(node, code, message))
 
-    def _read_count_name(self, name: libcst.Name) -> Optional[str]:
-        """What a name given as the count is: a local bound once to ``torch.cuda.device_count()``, a module-level
-        name (settled by the planner once every cell is known), or ``None``."""
+    def _read_count_name(self, name: libcst.Name) -> CountValue:
+        """What a name given as the count is: for a local, the integer or ``torch.cuda.device_count()`` every
+        binding of it gives; a module-level name (settled by the planner once every cell is known); or ``None``."""
         scope = self._rule.get_metadata(ScopeProvider, name, None)
         while scope is not None and not isinstance(scope, GlobalScope):
             assignments = list(scope.assignments[name.value]) if name.value in scope.assignments else []
             if assignments:
-                if len(assignments) == 1 and self._assigns_device_count(assignments[0].node):
-                    return NAME_ALL_GPUS
-                return None
+                values = {self._count_value(assignment.node) for assignment in assignments}
+                return values.pop() if len(values) == 1 else None
             scope = scope.parent
         return NAME_AT_MODULE_LEVEL if scope is not None else None
 
+    def _count_value(self, target: libcst.CSTNode) -> CountValue:
+        """What ``target = <value>`` gives a count held in ``target``: an integer literal, :data:`NAME_ALL_GPUS` for
+        ``torch.cuda.device_count()``, or ``None`` for anything else (or any other binding)."""
+        value = self._assigned_value(target)
+        if isinstance(value, libcst.Integer):
+            return int(value.evaluated_value)
+        return NAME_ALL_GPUS if value is not None and self._is_device_count(value) else None
+
     def _assigns_device_count(self, target: libcst.CSTNode) -> bool:
         """``target`` is the name of ``target = torch.cuda.device_count()`` (or ``target: int = ...``)."""
+        value = self._assigned_value(target)
+        return value is not None and self._is_device_count(value)
+
+    def _assigned_value(self, target: libcst.CSTNode) -> Optional[libcst.BaseExpression]:
+        """The value of ``target = value`` (one target) or ``target: T = value``, when ``target`` is bound so."""
         parent = self._parent(target)
         if isinstance(parent, libcst.AssignTarget):
             parent = self._parent(parent)
             if isinstance(parent, libcst.Assign) and len(parent.targets) == 1:
-                return self._is_device_count(parent.value)
+                return parent.value
         elif isinstance(parent, libcst.AnnAssign) and parent.target is target and parent.value is not None:
-            return self._is_device_count(parent.value)
+            return parent.value
+        return None
+
+    def _next_span(self, target: libcst.CSTNode) -> Optional[Tuple[Where, Where]]:
+        """For the target of a plain assignment statement: from the end of the assignment to the end of the next
+        statement of its block (the rest of its own line included); ``None`` for any other binding."""
+        small = self._parent(target)
+        if isinstance(small, libcst.AssignTarget):
+            small = self._parent(small)
+        line = self._parent(small) if isinstance(small, (libcst.Assign, libcst.AnnAssign)) else None
+        block = self._parent(line) if isinstance(line, libcst.SimpleStatementLine) else None
+        body = list(getattr(block, "body", ())) if isinstance(block, (libcst.Module, libcst.IndentedBlock)) else []
+        index = next((i for i, statement in enumerate(body) if statement is line), None)
+        if index is None:
+            return None
+        last = body[index + 1] if index + 1 < len(body) else line
+        start = self._rule.get_metadata(PositionProvider, small).end
+        end = self._rule.get_metadata(PositionProvider, last).end
+        return (self._cell, start.line - self._skip, start.column + 1), (self._cell, end.line - self._skip,
+                                                                        end.column + 1)
+
+    def _in_function(self, node: libcst.CSTNode) -> bool:
+        parent = self._parent(node)
+        while parent is not None and not isinstance(parent, libcst.Module):
+            if isinstance(parent, (libcst.FunctionDef, libcst.Lambda)):
+                return True
+            parent = self._parent(parent)
         return False
 
     def _is_device_count(self, node: libcst.BaseExpression) -> bool:
@@ -225,9 +269,11 @@ class CellSurvey:
             None,
         )
         straight = construction is not None and self._in_own_block(construction.assign)  # type: ignore[arg-type]
-        device_count = kind == OTHER and isinstance(node, libcst.Name) and self._assigns_device_count(node)
+        count = self._count_value(node) if kind == OTHER and isinstance(node, libcst.Name) else None
+        span = self._next_span(node) if construction is not None or count is not None else None
         self._facts.bind(Binding(var, self._where(node), node, kind, construction=construction, straight=straight,
-                                 device_count=device_count))
+                                 device_count=count == NAME_ALL_GPUS,
+                                 literal=count if isinstance(count, int) else None, next_span=span))
 
     def _in_own_block(self, node: libcst.CSTNode) -> bool:
         """The statement holding ``node`` is one of its module's (or function's) own statements."""
