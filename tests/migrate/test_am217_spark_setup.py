@@ -13,9 +13,13 @@ CONF = ("Spark configuration: it configures the Spark session TorchDistributor r
         "use; it is left as it is: remove it if nothing else here uses Spark")
 
 
+RUN = "TorchDistributor(num_processes=2).run(train)\n"
+"""A use of TorchDistributor: without one, a file has nothing to migrate and its Spark code is not reported."""
+
+
 def report(source: str, codes: str = "AM217") -> List[str]:
     rules = [REGISTRY[code] for code in codes.split(",")]
-    result = migrate_file("job.py", source.encode(), rules)
+    result = migrate_file("job.py", (source + RUN).encode(), rules)
     assert result.migrated is None  # reported, never changed
     return [str(record) for record in result.records]
 
@@ -60,6 +64,21 @@ def test_look_alikes_are_not_reported() -> None:
         "def configure(spark):\n    spark.conf.set('a', 'b')\n"
     )
     assert report(source) == []
+
+
+def test_a_file_that_only_imports_torch_distributor_has_nothing_to_migrate() -> None:
+    # An unused import beside a real Spark job: the job is no item of air-migrate's, and --check passes.
+    source = (
+        "from pyspark.ml.torch.distributor import TorchDistributor\nfrom pyspark.sql import SparkSession\n\n"
+        "spark = SparkSession.builder.appName('etl').getOrCreate()\nspark.conf.set('a', 'b')\n"
+        "spark.read.parquet('/data').write.parquet('/out')\n"
+    )
+    result = migrate_file("job.py", source.encode(), [REGISTRY[code] for code in sorted(REGISTRY)])
+    assert result.migrated is None and result.records == []
+    aliased = source.replace("import TorchDistributor", "import TorchDistributor as TD")
+    assert migrate_file("job.py", aliased.encode(), [REGISTRY["AM217"]]).records == []
+    used = aliased + "print(TD)\n"  # a use through an alias makes the file one to migrate
+    assert len(migrate_file("job.py", used.encode(), [REGISTRY["AM217"]]).records) == 2
 
 
 def test_files_without_torch_distributor_are_not_looked_at() -> None:

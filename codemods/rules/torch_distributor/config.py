@@ -236,3 +236,12 @@ def _not_a_literal(arg: libcst.Arg, name: Optional[str]) -> Problem:
             "(nor to the same one wherever it is bound)" if name else "num_processes is not an integer literal")
     return Problem(CONFIG, f"{what}, so air-migrate cannot carry it over to @distributed(num_accelerators=...): "
                            "write the number, or migrate by hand", arg)
+
+
+def script_problem(shown: str, bound: bool = False) -> str:
+    """What to do about ``run(<a script's path>, ...)``: the torchrun form has no decorator form (``AM206``);
+    ``bound``: ``shown`` is a name bound to the path."""
+    what = f"runs the script {shown} holds (a path)" if bound else "runs a script"
+    return (f"run({shown}, ...) {what} with torchrun, which has no decorator form: move its training code into a "
+            "function, decorate it with @distributed(...) and call fn.distributed(...) (or keep TorchDistributor for "
+            "it)")

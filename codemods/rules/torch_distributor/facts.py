@@ -106,6 +106,8 @@ class Binding:
     whenever the code around it does. Only those let a variable bound several times be followed."""
     literal: Optional[int] = None
     """``name = 2`` (or annotated): an integer literal, which a count held in the name carries."""
+    string: bool = False
+    """``name = "train.py"`` (or annotated): a string, which ``run`` takes as a script's path."""
     next_span: Optional[Tuple[Where, Where]] = None
     """For a plain assignment of a distributor or a count: from the end of the assignment to the end of the next
     statement of its block. Whatever in it reads the name reads this binding, when no other binding of the name lies
@@ -148,6 +150,8 @@ class Reference:
     node: libcst.CSTNode
     code: str
     message: str
+    info: bool = False
+    """A note, nothing to do (a class that subclasses ``TorchDistributor`` defines, it does not use)."""
 
 
 @dataclasses.dataclass

@@ -65,6 +65,41 @@ def mentions_torch_distributor(source: SourceFile) -> bool:
     return any(cell.code and WORD in cell.raw for cell in source.cells)
 
 
+def uses_torch_distributor(source: SourceFile) -> bool:
+    """Some code cell does more with ``TorchDistributor`` (or its DeepSpeed sibling) than import it: builds one,
+    subclasses it, passes it on... A file that only imports it has nothing to migrate (its Spark code is no item of
+    ours). A mention in a cell that cannot be read counts as a use."""
+    mentioned = [cell for cell in source.cells if cell.code and WORD in cell.raw]
+    aliases: Set[str] = set()
+    for cell in mentioned:
+        if cell.text is None or WORD not in cell.text:
+            return True  # (a magic, or a cell in another language: its own report says so)
+        tree = _parsed(cell.text)
+        if tree is None:
+            return True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and WORD in node.id or isinstance(node, ast.Attribute) and WORD in node.attr:
+                return True
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                aliases.update(alias.asname for alias in node.names if WORD in alias.name and alias.asname)
+    if not aliases:
+        return False
+    pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, aliases))) + r")\b")
+    for cell in source.cells:
+        if cell.code and cell.text is not None and pattern.search(cell.text):
+            tree = _parsed(cell.text)
+            if tree is None or any(isinstance(node, ast.Name) and node.id in aliases for node in ast.walk(tree)):
+                return True
+    return False
+
+
+def _parsed(text: str) -> Optional[ast.AST]:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def scan_torch_distributor(source: SourceFile) -> Optional[FileScan]:
     """The scan of a file that mentions ``TorchDistributor`` (``None`` for any other file)."""
     if not mentions_torch_distributor(source):

@@ -36,10 +36,11 @@ from air_migrate.rules.torch_distributor.codes import (
     DISTRIBUTOR_USED,
     FUNCTION_USED,
     NAME_CLASH,
+    SCRIPT,
     TARGET,
 )
 from air_migrate.rules.torch_distributor.comments import comments_in
-from air_migrate.rules.torch_distributor.config import CountValue
+from air_migrate.rules.torch_distributor.config import CountValue, script_problem
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
     DEF,
@@ -71,6 +72,8 @@ class Note:
     code: str
     message: str
     blocking: bool = True
+    info: bool = False
+    """A note that needs nothing done (never fails ``--check``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,10 +122,10 @@ class Plan:
         kept = self.comments.setdefault(function, [])
         kept.extend(comment for comment in comments if comment not in kept)
 
-    def note(self, node: libcst.CSTNode, code: str, message: str, blocking: bool = True) -> None:
+    def note(self, node: libcst.CSTNode, code: str, message: str, blocking: bool = True, info: bool = False) -> None:
         notes = self.notes.setdefault(node, [])
         if all(note.message != message for note in notes):
-            notes.append(Note(code, message, blocking))
+            notes.append(Note(code, message, blocking and not info, info))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +180,7 @@ class _Planner:
 
     def decide(self) -> Plan:
         for reference in self.facts.references:
-            self.plan.note(reference.node, reference.code, reference.message)
+            self.plan.note(reference.node, reference.code, reference.message, info=reference.info)
         self._note_unresolved_class()
         for construction in self.facts.constructions:
             self._read_construction(construction)
@@ -189,11 +192,12 @@ class _Planner:
         for function, runs in functions.items():
             self._check_function(function, runs)
         converted = {function: runs for function, runs in functions.items() if not any(r.blocked for r in runs)}
-        launcher = self._launcher(converted)
+        removable = self._removable(converted)
+        launcher = self._launcher(converted, removable)
         if launcher is not None:
             for runs in converted.values():
                 self._rewrite(runs, launcher.expression)
-            consumed = self._remove_variables(converted)
+            consumed = self._remove_variables(converted, removable)
             self._remove_imports(consumed)
             self._place_imports(converted, launcher)
         return self.plan
@@ -310,6 +314,11 @@ class _Planner:
             run.blocked = True
             return
         assert target.var is not None
+        bindings = self.facts.bindings.get(target.var, [])
+        if bindings and all(binding.string for binding in bindings):  # `train_file = "train.py"`: a script's path
+            self.plan.note(target.node, SCRIPT, script_problem(target.var.name, bound=True))
+            run.blocked = True
+            return
         run.function = target.var
         problem, definition = self._definition(target.var)
         if problem is not None:
@@ -388,14 +397,16 @@ class _Planner:
                                    "is left as it is too")
             _block(runs)
 
-    def _launcher(self, converted: Dict[Var, List[_Run]]) -> Optional[_Launcher]:
-        """How the decorator is named, or ``None`` when nothing is rewritten or ``distributed`` is taken."""
+    def _launcher(self, converted: Dict[Var, List[_Run]], removable: Set[Construction]) -> Optional[_Launcher]:
+        """How the decorator is named, or ``None`` when nothing is rewritten or ``distributed`` is taken (by
+        something the rewrite does not take out: a distributor called ``distributed`` goes with its runs)."""
         if not converted:
             return None
         reusable = self._reusable_launchers()
         if reusable:
             return reusable[0]
-        clashes = [b for b in self.facts.bindings.get(Var(DECORATOR), []) if not _is_launcher(b)]
+        clashes = [b for b in self.facts.bindings.get(Var(DECORATOR), [])
+                   if not _is_launcher(b) and b.construction not in removable]
         for binding in clashes:
             self.plan.note(binding.node, NAME_CLASH, f"`{DECORATOR}` is bound here to something else, and the "
                            "rewrite of TorchDistributor needs it for @distributed: bind that to another name (e.g. "
@@ -432,19 +443,32 @@ class _Planner:
                 function = definition.var.name
                 self.plan.cpu[construction.reading.use_gpu] = f"{names}, {function}" if names else function
 
-    def _remove_variables(self, converted: Dict[Var, List[_Run]]) -> Set[Construction]:
-        """Take out each distributor variable whose every use was rewritten; return the constructions that go."""
+    def _consumed_by_runs(self, converted: Dict[Var, List[_Run]]) -> List[Construction]:
+        """The distributors assigned to a variable whose every use is a run that is rewritten."""
         rewritten = {run.method.call for runs in converted.values() for run in runs}
-        consumed = {run.construction for runs in converted.values() for run in runs
-                    if run.var is None and run.construction is not None}
+        found = []
         for construction in self.facts.constructions:
-            var = construction.holder
-            if var is None or construction.assign is None or construction not in self.owned:
+            if construction.holder is None or construction.assign is None or construction not in self.owned:
                 continue
             uses = self.owned[construction]
-            if not uses or not all(use.method is not None and use.method.call in rewritten for use in uses):
-                continue
-            if _mentions(self.facts.unparsed, var.name):
+            if uses and all(use.method is not None and use.method.call in rewritten for use in uses):
+                found.append(construction)
+        return found
+
+    def _removable(self, converted: Dict[Var, List[_Run]]) -> Set[Construction]:
+        """The distributors that go with their runs: those no cell or magic air-migrate cannot read mentions."""
+        return {construction for construction in self._consumed_by_runs(converted)
+                if not _mentions(self.facts.unparsed, construction.holder.name)}  # type: ignore[union-attr]
+
+    def _remove_variables(self, converted: Dict[Var, List[_Run]], removable: Set[Construction]) -> Set[Construction]:
+        """Take out each distributor variable whose every use was rewritten; return the constructions that go."""
+        consumed = {run.construction for runs in converted.values() for run in runs
+                    if run.var is None and run.construction is not None}
+        for construction in self._consumed_by_runs(converted):
+            var = construction.holder
+            assert var is not None and construction.assign is not None
+            uses = self.owned[construction]
+            if construction not in removable:
                 self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} also appears in a cell or magic "
                                "air-migrate cannot read, so it is left as it is (and so is its import): remove it "
                                "if nothing there uses it", blocking=False)

@@ -120,7 +120,10 @@ class TorchDistributorRule(Rule):
         wanted = super().on_visit(node)
         if self._plan is not None:
             for note in self._plan.notes.get(node, ()):
-                self.report(node, note.message, attention=True, blocking=note.blocking, code=note.code)
+                if note.info:
+                    self.report(node, note.message, info=True, code=note.code)
+                else:
+                    self.report(node, note.message, attention=True, blocking=note.blocking, code=note.code)
             functions = self._plan.cpu.get(node)  # type: ignore[call-overload]
             if functions is not None:
                 assert isinstance(node, libcst.Arg)

@@ -37,6 +37,7 @@ from air_migrate.rules.torch_distributor.config import (
     NAME_AT_MODULE_LEVEL,
     CountValue,
     read_constructor,
+    script_problem,
 )
 from air_migrate.rules.torch_distributor.facts import (
     CLASS,
@@ -140,6 +141,12 @@ class CellSurvey:
             )
         elif constructed:
             self._survey_construction(parent)
+        elif isinstance(parent, libcst.Arg) and parent.value is node and parent.keyword is None \
+                and isinstance(self._parent(parent), libcst.ClassDef):
+            subclass = self._parent(parent).name.value  # type: ignore[union-attr]
+            self._refer(node, DISTRIBUTOR_USED, f"{subclass} subclasses {shown}: a class definition is not a run, so "
+                        f"it is left as it is (and so is the import it needs); runs of {subclass} are not rewritten",
+                        info=True)
         else:
             self._refer(node, DISTRIBUTOR_USED, f"{shown} is used here other than as {shown}(...).run(fn, ...), "
                                                 "which air-migrate cannot rewrite: migrate it by hand")
@@ -164,8 +171,8 @@ class CellSurvey:
                 if construction.holder.scope is not None:
                     self._locals[construction.holder] = None  # surveyed once every constructor call is known
 
-    def _refer(self, node: libcst.CSTNode, code: str, message: str) -> None:
-        self._facts.references.append(Reference(node, code, message))
+    def _refer(self, node: libcst.CSTNode, code: str, message: str, info: bool = False) -> None:
+        self._facts.references.append(Reference(node, code, message, info))
 
     def _read_count_name(self, name: libcst.Name) -> CountValue:
         """What a name given as the count is: for a local, the integer or ``torch.cuda.device_count()`` every
@@ -271,9 +278,10 @@ class CellSurvey:
         straight = construction is not None and self._in_own_block(construction.assign)  # type: ignore[arg-type]
         count = self._count_value(node) if kind == OTHER and isinstance(node, libcst.Name) else None
         span = self._next_span(node) if construction is not None or count is not None else None
+        string = kind == OTHER and isinstance(node, libcst.Name) and isinstance(self._assigned_value(node), _STRINGS)
         self._facts.bind(Binding(var, self._where(node), node, kind, construction=construction, straight=straight,
                                  device_count=count == NAME_ALL_GPUS,
-                                 literal=count if isinstance(count, int) else None, next_span=span))
+                                 literal=count if isinstance(count, int) else None, next_span=span, string=string))
 
     def _in_own_block(self, node: libcst.CSTNode) -> bool:
         """The statement holding ``node`` is one of its module's (or function's) own statements."""
@@ -349,9 +357,7 @@ class CellSurvey:
             return Target(first, code=TARGET, problem="the function is passed by keyword or unpacked: pass it "
                                                       "first, by position")
         if isinstance(value, _STRINGS):
-            return Target(value, code=SCRIPT, problem=f"run({shown}, ...) runs a script with torchrun, which has no "
-                          "decorator form: move its training code into a function, decorate it with "
-                          "@distributed(...) and call fn.distributed(...) (or keep TorchDistributor for it)")
+            return Target(value, code=SCRIPT, problem=script_problem(shown))
         if isinstance(value, libcst.Lambda):
             return Target(value, code=TARGET, problem="run is given a lambda: define it with def at module level so "
                                                       "that it can be decorated with @distributed(...)")
@@ -367,6 +373,8 @@ class CellSurvey:
         if isinstance(local, libcst.FunctionDef):
             return Target(value, code=TARGET, problem=f"{shown} is defined inside another function: move it to "
                           "module level so that it can be decorated with @distributed(...)")
+        if isinstance(self._assigned_value(local), _STRINGS):
+            return Target(value, code=SCRIPT, problem=script_problem(shown, bound=True))
         return Target(value, code=TARGET, problem=f"{shown} is a local variable, not a module-level def")
 
     def _local_binding(self, name: libcst.Name) -> Optional[libcst.CSTNode]:

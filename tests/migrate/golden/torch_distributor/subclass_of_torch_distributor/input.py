@@ -1,0 +1,19 @@
+# Databricks notebook source
+from pyspark.ml.torch.distributor import TorchDistributor
+
+
+class LoggingDistributor(TorchDistributor):
+    """Library code: a definition, not a use."""
+
+    def run(self, train_object, *args, **kwargs):
+        print("running", train_object)
+        return super().run(train_object, *args, **kwargs)
+
+# COMMAND ----------
+
+def train(epochs):
+    return epochs
+
+# COMMAND ----------
+
+TorchDistributor(num_processes=2).run(train, 3)
