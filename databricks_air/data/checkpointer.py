@@ -129,8 +129,8 @@ class Checkpointer:
         copy for the run: give every rank the same value.
 
         Then rank 0 removes the complete checkpoints of earlier steps beyond the newest ``keep``, and the unfinished
-        ones of earlier steps: each at once made to read as unfinished, its files deleted on a thread of its own
-        while training goes on (the next save or restore waits for it; so does the end of the process).
+        ones of earlier steps, on a thread while training goes on (the next save or restore waits for it; so does the
+        end of the process).
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"Checkpointer.save: step must be an int >= 0, not {step!r}")
@@ -157,7 +157,10 @@ class Checkpointer:
         with _dcp_errors():
             dcp.save(state, storage_writer=UCVolumeWriter(folder), no_dist=process_group() is None)
         if rank == 0:
-            self._prune(step)
+            # Deleting takes time (40 to 60 ms for 256 MiB on a local disk, more on a volume): a thread does it while
+            # training goes on. Not a daemon: the process ends once it is done.
+            self._removal = threading.Thread(target=self._prune, args=(step,), name="air-checkpoint-removal")
+            self._removal.start()
         return folder
 
     def wait_for_removal(self) -> None:
@@ -170,13 +173,10 @@ class Checkpointer:
         """Remove the complete checkpoints of steps before ``saved`` beyond the newest ``keep``, and unfinished ones.
 
         Folders of later steps stay: they are left by a run that went back to an earlier checkpoint (so they did
-        not restore: unfinished or damaged), and this run's own save of that step replaces them.
-
-        Deleting a checkpoint's files takes time (60 ms for 256 MiB on a local disk, longer on a volume), so it is
-        done on a thread; first each commit marker goes, so that a folder half deleted reads as unfinished. The
-        thread is not a daemon: the process ends once it is done.
+        not restore: unfinished or damaged), and this run's own save of that step replaces them. Each folder's
+        commit marker goes first, so that a folder half deleted reads as unfinished.
         """
-        doomed, kept = [], 1  # the one just saved is kept
+        kept = 1  # the one just saved
         for step, folder in _step_folders(self.path):
             if step >= saved:
                 continue
@@ -185,13 +185,7 @@ class Checkpointer:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 (folder / ".metadata").unlink()
-            doomed.append(folder)
-        if doomed:
-            self._removal = threading.Thread(
-                target=lambda: [shutil.rmtree(folder, ignore_errors=True) for folder in doomed],
-                name="air-checkpoint-removal",
-            )
-            self._removal.start()
+            shutil.rmtree(folder, ignore_errors=True)
 
     # -- restore ------------------------------------------------------------------------------------------------
 
