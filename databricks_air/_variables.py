@@ -87,3 +87,6 @@ METRICS_KEY = "DATABRICKS_AIR_METRICS_KEY"
 
 RUN_SNAPSHOT = "DATABRICKS_AIR_RUN_SNAPSHOT"
 """The call's MLflow run as it was created (MLflow's protobuf, base64), so that ranks need not read it back."""
+
+LAST_CHECKPOINT_FILE = "DATABRICKS_AIR_LAST_CHECKPOINT_FILE"
+"""Bookkeeping: where rank 0's ``Checkpointer.save`` notes the step it saved, for the launcher's restart line."""

@@ -137,10 +137,11 @@ class DistributedFunctionCall(concurrent.futures.Future):
         """The call holds what it needs and its ranks start; False when it was cancelled first."""
         if self._cancel_asked.is_set():
             return False
-        self._started = time.time()
+        if self._started is None:  # a restarted call starts again, and stays the one running call
+            self._started = time.time()
         self._status = CallStatus.RUNNING
         self.waiting_for = None
-        self.set_running_or_notify_cancel()
+        self._ensure_running()
         return True
 
     def _finish(self, values: Any = None, error: Optional[BaseException] = None) -> None:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from databricks.air import _log_folders as log_folders
 from databricks.air import _settings, _variables, compute, payload, tracking, validation
@@ -62,6 +62,9 @@ class DistributedFunction:
         gpus_per_node: GPUs per node of that shape.
         remote: whether the function runs off this machine.
         timeout: seconds the whole call may take, or ``None``.
+        max_restarts: how many times a failed call starts its ranks again when the failure is not the function's
+            own (a rank killed, a lost peer, a machine fault); 0 by default.
+        restart_on: exception classes raised by the function that restart it too.
         last_log_dir: the log folder of the latest call (``rank_<r>.txt`` per rank), ``None`` before the first.
     """
 
@@ -94,6 +97,8 @@ class DistributedFunction:
         self.remote = remote
         self.func = func
         self.timeout = validation.check_timeout(timeout)
+        self.max_restarts = 0
+        self.restart_on: Tuple[type, ...] = ()
         self.last_log_dir: Optional[str] = None
 
     @property
@@ -144,24 +149,32 @@ class DistributedFunction:
         *,
         gpus: Optional[int] = None,
         gpu_type: Any = None,
+        max_restarts: Optional[int] = None,
+        restart_on: Optional[Sequence[type]] = None,
     ) -> "DistributedFunction":
         """A copy with some settings changed; this object stays as it is.
 
         Omitted settings keep their values (the accelerator type keeps what was asked for, so a new count
         re-derives the shape); ``timeout=None`` removes the cap, an omitted ``timeout`` keeps it.
         """
+        restarting = validation.check_restarts(
+            self.max_restarts if max_restarts is None else max_restarts,
+            self.restart_on if restart_on is None else restart_on,
+        )
         timeout = self.timeout if timeout is _UNSET else validation.check_timeout(timeout)
         count, requested = validation.normalize_names(
             num_accelerators, accelerator_type, gpus, gpu_type, "with_overrides", known_count=self.num_accelerators
         )
         count = validation.check_count(count)
-        return build(
+        function = build(
             self.func,
             count if count is not None else self.num_accelerators,
             requested if requested is not None else self._settings.requested,
             self.remote if remote is None else remote,
             timeout,
         )
+        function.max_restarts, function.restart_on = restarting
+        return function
 
     def distributed(self, *args: Any, **kwargs: Any) -> List[Any]:
         """Run the function once per rank and return every rank's value, indexed by global rank.
@@ -355,6 +368,9 @@ class DistributedFunction:
             on_started=started,
             cancelled=call._cancel_asked,
             show_live=call._live if call._runner is not None else None,
+            max_restarts=self.max_restarts,
+            restart_on=self.restart_on,
+            on_restart=(lambda decision: run.keep_restart(decision, log_dir)) if run is not None else None,
             on_lease=lambda devices: setattr(call, "gpus", tuple(devices)),
         )
         return engine.run(launch)
@@ -491,6 +507,8 @@ def distributed(
     *,
     gpus: Optional[int] = None,
     gpu_type: Any = None,
+    max_restarts: int = 0,
+    restart_on: Sequence[type] = (),
 ) -> Callable[[Callable[..., Any]], DistributedFunction]:
     """Decorate a function so that ``fn.distributed(...)`` runs it once per accelerator of this machine.
 
@@ -504,10 +522,17 @@ def distributed(
         timeout: seconds the whole call may take (default 3 hours); ``None`` for no limit.
         gpus: deprecated name of ``num_accelerators``.
         gpu_type: deprecated name of ``accelerator_type``.
+        max_restarts: how many times a failed call starts every rank again, with the same arguments and MLflow
+            run, when the failure is not the function's own: a rank killed by a signal, a lost peer or rendezvous,
+            a collective that timed out, a machine fault in the output (Xid, ECC, NCCL system errors). 0 (the
+            default) never restarts. ``databricks.air.runtime.get_restart_count()`` says which attempt a rank is
+            in, and ``databricks.air.data.Checkpointer`` resumes where the last attempt saved.
+        restart_on: exception classes raised by the function that restart it as well (``(ValueError,)``).
 
     Settings are checked here, when the decorator runs, not at the first call.
     """
     checked_timeout = validation.check_timeout(timeout)
+    restarting = validation.check_restarts(max_restarts, restart_on)
     count, requested = validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
     count = validation.check_count(count)
 
@@ -515,6 +540,7 @@ def distributed(
         if isinstance(func, DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed()")
         function = build(func, count, requested, remote, checked_timeout)
+        function.max_restarts, function.restart_on = restarting
         validation.decoration_notes(function.num_accelerators, checked_timeout)
         return function
 

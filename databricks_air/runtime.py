@@ -31,6 +31,7 @@ __all__ = [
     "get_global_rank",
     "get_replica_rank",
     "get_node_ip",
+    "get_restart_count",
 ]
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
@@ -115,6 +116,17 @@ def get_node_rank() -> int:
         RuntimeConfigurationError: ``NODE_RANK`` is not an integer.
     """
     return _env_int("NODE_RANK", 0)
+
+
+def get_restart_count() -> int:
+    """How many times this call's ranks were started again after a failure (``TORCHELASTIC_RESTART_COUNT``, as
+    torchrun sets it; 0 in the first attempt and when unset). Not part of the reference: on Databricks a call is
+    never restarted, and this is 0 there.
+
+    Raises:
+        RuntimeConfigurationError: ``TORCHELASTIC_RESTART_COUNT`` is not an integer.
+    """
+    return _env_int("TORCHELASTIC_RESTART_COUNT", 0)
 
 
 def get_replica_rank() -> int:

@@ -265,6 +265,21 @@ class CallRun:
         self.client.set_tag(self.run_id, "databricks.air.suspect_ranks",
                             ",".join(str(rank) for rank in report.suspects) or "none")
 
+    def keep_restart(self, decision: Any, log_dir: str) -> None:
+        """A restart of the call (a :class:`~databricks.air._engine.restarts.Restart`): the failed attempt's logs
+        under ``logs/attempt_<n>/``, a tag per restart saying why, the count as a tag and a metric."""
+        number = decision.attempt + 1
+        kept = os.path.join(log_dir, f"attempt_{decision.attempt}")
+        try:
+            if os.path.isdir(kept):
+                self.client.log_artifacts(self.run_id, kept, artifact_path=f"logs/attempt_{decision.attempt}")
+            self.client.set_tag(self.run_id, "databricks.air.restarts", str(number))
+            self.client.set_tag(self.run_id, f"databricks.air.restart_{number}",
+                                f"{decision.cause}: {decision.why}"[:_TAG_LIMIT])
+            self.client.log_metric(self.run_id, "restarts", number, step=number)
+        except Exception as error:  # noqa: BLE001 - the store's trouble must not stop the restart
+            print(f"databricks.air: could not record restart {number} in the MLflow run: {error}", file=sys.stderr)
+
     def upload_logs(self, log_dir: str) -> None:
         for path in sorted(glob.glob(os.path.join(log_dir, "rank_*.txt"))):
             self.client.log_artifact(self.run_id, path, artifact_path="logs")

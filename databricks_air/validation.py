@@ -84,6 +84,29 @@ def check_timeout(timeout: Any) -> Optional[Union[int, float]]:
     return timeout
 
 
+MAX_RESTARTS_LIMIT = 100
+"""More restarts than this is a loop, not resilience: a machine that fails a hundred times needs a person."""
+
+
+def check_restarts(max_restarts: Any, restart_on: Any) -> Tuple[int, Tuple[type, ...]]:
+    """``max_restarts`` a whole number from 0 to :data:`MAX_RESTARTS_LIMIT`; ``restart_on`` exception classes."""
+    whole = isinstance(max_restarts, int) and not isinstance(max_restarts, bool)
+    if not whole or not 0 <= max_restarts <= MAX_RESTARTS_LIMIT:
+        raise RuntimeConfigurationError(
+            f"max_restarts must be a whole number from 0 to {MAX_RESTARTS_LIMIT}, not {max_restarts!r}; 0 (the "
+            "default) never restarts"
+        )
+    classes = (restart_on,) if isinstance(restart_on, type) else tuple(restart_on or ())
+    wrong = [item for item in classes if not (isinstance(item, type) and issubclass(item, BaseException))]
+    if wrong:
+        raise RuntimeConfigurationError(
+            f"restart_on takes exception classes, such as (ValueError, OSError), not {wrong[0]!r}"
+        )
+    if any(issubclass(item, (KeyboardInterrupt, SystemExit)) for item in classes):
+        raise RuntimeConfigurationError("restart_on cannot name KeyboardInterrupt or SystemExit: an interrupt stops")
+    return max_restarts, classes
+
+
 def check_count(num_accelerators: Any) -> Optional[int]:
     """``None`` or a positive ``int`` (not a ``bool``)."""
     if num_accelerators is None:

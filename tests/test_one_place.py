@@ -22,7 +22,7 @@ SOURCES = [PACKAGE, ROOT / "serverless_gpu", ROOT / "codemods"]
 OUR_VARIABLE = re.compile(r"DATABRICKS_(AIR|INTERNAL)_[A-Z_]+")
 BOOKKEEPING = {  # not for users to set
     _variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED, _variables.RANK_HOOKS, _variables.RUN_SNAPSHOT,
-    _variables.METRICS_ADDRESS, _variables.METRICS_KEY,
+    _variables.METRICS_ADDRESS, _variables.METRICS_KEY, _variables.LAST_CHECKPOINT_FILE,
 }
 
 

@@ -101,6 +101,7 @@ def test_public_names() -> None:
     assert set(runtime.__all__) == {
         "get_local_rank", "get_local_world_size", "get_node_rank", "get_world_size", "get_global_rank",
         "get_replica_rank", "get_node_ip",
+        "get_restart_count",  # ours, for max_restarts (the reference never restarts a call)
     }
     for name in runtime.__all__:
         assert getattr(runtime, name).__doc__
@@ -190,3 +191,10 @@ def rank_removed_after_init() -> int:
 def test_missing_rank_with_a_process_group_is_a_missing_environment_error() -> None:
     with pytest.raises(MissingEnvironmentError, match="RANK is not set"):
         distributed(num_accelerators=1, accelerator_type="CPU", timeout=120)(rank_removed_after_init).distributed()
+
+
+def test_the_restart_count_is_torchruns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    assert runtime.get_restart_count() == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert runtime.get_restart_count() == 2

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import secrets
 import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air._engine import snapshot, stall_watch, stop_report
 from databricks.air._engine.failures import results_or_error
@@ -49,6 +50,7 @@ from databricks.air._engine.stop_report import StopReport
 from databricks.air._engine.supervision import StopReason, Supervisor
 
 if TYPE_CHECKING:
+    from databricks.air._engine.restarts import Restart
     from databricks.air.compute import AcceleratorType
 
 
@@ -71,6 +73,9 @@ class Launch:
     """The caller's ``sys.argv``: every rank sees it as its own, as every worker of ``torchrun script.py ARGS`` does."""
     log_dir: str
     timeout: Optional[float] = None
+    deadline: Optional[float] = None
+    """The ``time.monotonic()`` time by which the whole call ends (its set-up in the caller and every attempt
+    included); ``None``: ``timeout`` seconds from when the engine starts it."""
     timeout_note: str = ""
     """Appended to the timeout message, e.g. how to change the limit."""
     show_all_ranks: bool = False
@@ -102,6 +107,16 @@ class Launch:
     cancelled: Optional[threading.Event] = None
     """Set by another thread to cancel the call: a wait for GPUs ends at once, and running ranks are stopped as an
     interrupt stops them (the call then raises ``KeyboardInterrupt``)."""
+    max_restarts: int = 0
+    """How many times the ranks start again after a failure that is not the function's own (:mod:`.restarts`)."""
+    restart_on: Tuple[type, ...] = ()
+    """Exception classes raised by the function that restart the ranks all the same."""
+    attempt: int = 0
+    """Which attempt this is (``TORCHELASTIC_RESTART_COUNT``): 0, then 1 after the first restart..."""
+    job_id: str = dataclasses.field(default_factory=lambda: f"databricks-air-{secrets.token_hex(6)}")
+    """``TORCHELASTIC_RUN_ID``: one per call, the same in every attempt (as under torchrun)."""
+    on_restart: Optional[Callable[["Restart"], None]] = None
+    """Called before each restart, with what failed and why the ranks start again (to keep it in the run)."""
     show_live: Optional[Callable[[], bool]] = None
     """Whether the ranks' output is shown in the caller now (``None``: always): a call run in the background shows
     it only while someone waits for its result. The log files have all of it."""
@@ -237,7 +252,9 @@ class Call(abc.ABC):
     def run(self) -> List[Any]:
         """Start, supervise and collect; close whatever happens. The timeout bounds all of it."""
         timeout = self.launch.timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = self.launch.deadline
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         try:
             self.start(deadline)
             self.supervise(deadline)

@@ -25,11 +25,16 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
+import time
 from typing import Any, Dict, List, Mapping, Optional, Type
 
-from databricks.air._engine import gpu_leases
+from databricks.air._engine import gpu_leases, restarts
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
+from databricks.air.exceptions import LocalExecutionTimeoutError
 
 __all__ = ["Launch", "call_class", "leasable_gpus", "prewarm", "run", "simulated_gpus"]
 
@@ -65,5 +70,57 @@ def simulated_gpus(environ: Mapping[str, str]) -> Optional[int]:
 
 
 def run(launch: Launch) -> List[Any]:
-    """Run ``launch`` and return every rank's value, indexed by global rank."""
-    return call_class(launch.remote)(launch).run()
+    """Run ``launch`` and return every rank's value, indexed by global rank.
+
+    With ``max_restarts``, a failure that is not the function's own (:mod:`.restarts`) stops every rank, keeps the
+    attempt's logs and reports in ``attempt_<n>/`` of the log folder, and starts every rank again, within the one
+    deadline of the whole call; the cell gets one line per restart. The last attempt's error is raised, saying
+    what was decided after each failure, and why.
+    """
+    deadline = launch.deadline
+    if deadline is None and launch.timeout is not None:
+        deadline = time.monotonic() + launch.timeout
+    attempt = dataclasses.replace(launch, deadline=deadline)
+    history: List[restarts.Restart] = []
+    while True:
+        call = call_class(launch.remote)(attempt)
+        try:
+            return call.run()
+        except (KeyboardInterrupt, LocalExecutionTimeoutError):
+            raise  # the caller's decision, or the whole call's deadline: never restarted
+        except BaseException as error:
+            if launch.max_restarts <= 0:
+                raise
+            decision = restarts.decide(
+                error, call.outcomes.values(), attempt=attempt.attempt, max_restarts=launch.max_restarts,
+                restart_on=launch.restart_on, history=history, now=time.monotonic(),
+            )
+            if not decision.restart:
+                _say_what_was_decided(error, [*history, decision])
+                raise
+            history.append(decision)
+            restarts.keep_attempt(launch.log_dir, attempt.attempt)
+            print(
+                f"databricks.air: {decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
+                f"{restarts.resuming_from(launch.log_dir)} (attempt {attempt.attempt}'s logs: "
+                f"{os.path.join(launch.log_dir, f'attempt_{attempt.attempt}')})",
+                file=sys.stderr,
+                flush=True,
+            )
+            if launch.on_restart is not None:
+                launch.on_restart(decision)
+            attempt = dataclasses.replace(attempt, attempt=attempt.attempt + 1)
+
+
+def _say_what_was_decided(error: BaseException, decisions: List[restarts.Restart]) -> None:
+    """Add to the report of ``error`` (the last attempt's) what failed in each attempt, and whether it restarted."""
+    lines = [
+        f"  attempt {d.attempt}: {d.cause}: {'restarted' if d.restart else 'not restarted'}: {d.why}"
+        for d in decisions
+    ]
+    section = "Restarts (max_restarts):\n" + "\n".join(lines)
+    report = getattr(error, "_report", None)
+    if isinstance(report, str):
+        error._report = f"{report}\n\n{section}"  # type: ignore[attr-defined]
+    elif hasattr(error, "add_note"):
+        error.add_note(section)

@@ -24,7 +24,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables
-from databricks.air._engine import gpu_leases, rank_server_handle, snapshot
+from databricks.air._engine import gpu_leases, rank_server_handle, restarts, snapshot
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import RankOutcome, read_record
@@ -183,8 +183,9 @@ class LocalCall(Call):
             environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // launch.world_size)))
-        environ.update(job_environ())
+        environ.update(job_environ(launch.job_id, launch.attempt, launch.max_restarts))
         environ.update(flight_recorder_environ(launch.environ, launch.log_dir))
+        environ.update(restarts.last_checkpoint_environ(launch.log_dir))
         if self.lease is not None:
             environ.update(self.lease.environ())
         return environ

@@ -12,16 +12,17 @@ import secrets
 from typing import Dict, Mapping, Optional
 
 
-def job_environ() -> Dict[str, str]:
-    """The variables every rank of one call shares beyond its coordinates (a new run id per call)."""
+def job_environ(job_id: Optional[str] = None, restart_count: int = 0, max_restarts: int = 0) -> Dict[str, str]:
+    """The variables every rank of one call shares beyond its coordinates: the call's run id (a new one when
+    ``job_id`` is not given), and which restart this is, as torchrun sets them."""
     return {
         "ROLE_NAME": "default",
         "REPLICA_RANK": "0",
         "PYTHONUNBUFFERED": "1",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "TORCHELASTIC_RUN_ID": f"databricks-air-{secrets.token_hex(6)}",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": job_id or f"databricks-air-{secrets.token_hex(6)}",
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
     }
 
 

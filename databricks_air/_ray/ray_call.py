@@ -135,7 +135,11 @@ class RayCall(Call):
         master = self.hosts[self.places[0].bundle]
         (master_port,) = self._get_all([master.free_port.remote()], deadline, "pick a port for MASTER_PORT")
         forwarded = forwarded_environ(launch.environ, launch.cwd)
-        common = {**forwarded, **job_environ(), **flight_recorder_environ(forwarded, None)}
+        common = {
+            **forwarded,
+            **job_environ(launch.job_id, launch.attempt, launch.max_restarts),
+            **flight_recorder_environ(forwarded, None),
+        }
         function, arguments = self.ray.put(launch.function), self.ray.put(launch.arguments)
         self.open_outputs(len(self.places))
         starts = [
