@@ -9,9 +9,11 @@
   rewriting: reported); any other submodule has no counterpart and is reported, with its uses left as written;
 * an import that ``databricks.air`` already provides in this cell is removed rather than duplicated;
 * ``from serverless_gpu import *`` is rewritten and reported, since the names it brings are not visible;
-* imports under ``try``/``if``, ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that
-  are a module path into ``serverless_gpu`` (``"serverless_gpu.launcher.distributed"``, as ``mock.patch`` takes)
-  are reported for a person, not rewritten (the ``serverless_gpu`` shim keeps them working); any other string that
+* imports under ``try``, or under an ``if`` that chooses between the two packages (a fallback:
+  :mod:`~air_migrate.rules.guards`; any other ``if``, such as ``if __name__ == "__main__":``, is plain code and its
+  imports are rewritten), ``importlib.import_module("serverless_gpu...")``, ``__import__`` and strings that are a
+  module path into ``serverless_gpu`` (``"serverless_gpu.launcher.distributed"``, as ``mock.patch`` takes) are
+  reported for a person, not rewritten (the ``serverless_gpu`` shim keeps them working); any other string that
   mentions it (a docstring, a log line, a message) is prose, and only noted (severity ``info``).
 
 Names are resolved by scope: a local variable called ``serverless_gpu``, or ``torch.distributed``, is never touched.
@@ -30,6 +32,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import CellContext, Rule, register
+from air_migrate.rules.guards import is_guard
 
 OLD = "serverless_gpu"
 NEW = "databricks.air"
@@ -248,7 +251,8 @@ class ImportsRule(Rule):
         return None
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
-        """Under ``try`` or ``if``: the import may be a fallback the author wants to keep."""
+        """Under ``try``, or an ``if`` that chooses between the packages: the import may be a fallback the author
+        wants to keep (:mod:`air_migrate.rules.guards`)."""
         if self._guarded_imports is None:
             finder = _GuardedImports()
             self.module.visit(finder)
@@ -257,7 +261,8 @@ class ImportsRule(Rule):
 
 
 class _GuardedImports(libcst.CSTVisitor):
-    """The imports under a ``try`` or an ``if`` (of their own function or class), found by walking statements only."""
+    """The imports under a ``try``, or an ``if`` that chooses between the packages (of their own function or class:
+    :func:`~air_migrate.rules.guards.is_guard`), found by walking statements only."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -274,7 +279,7 @@ class _GuardedImports(libcst.CSTVisitor):
         if isinstance(node, (libcst.FunctionDef, libcst.ClassDef)):
             self._depths.append(0)
         elif isinstance(node, (libcst.Try, libcst.TryStar, libcst.If)):
-            self._depths.append(self._depths[-1] + 1)
+            self._depths.append(self._depths[-1] + (1 if is_guard(node) else 0))
         return True
 
     def on_leave(self, original_node: libcst.CSTNode) -> None:

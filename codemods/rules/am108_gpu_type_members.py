@@ -39,6 +39,7 @@ from libcst.metadata import (
 from air_migrate.rule_base import CellContext, FileScan, Rule, register
 from air_migrate.rules import bound_names
 from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for, unmappable
+from air_migrate.rules.guards import is_guard
 from air_migrate.rules.targets import (
     launch_words,
     NEW_MODULE,
@@ -304,7 +305,7 @@ class GpuTypeMembersRule(Rule):
     def _guarded(self, node: libcst.CSTNode) -> bool:
         parent = self._parent(node)
         while parent is not None and not isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
-            if isinstance(parent, (libcst.Try, libcst.TryStar, libcst.If)):
+            if is_guard(parent):
                 return True
             parent = self._parent(parent)
         return False

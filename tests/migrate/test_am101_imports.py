@@ -90,14 +90,35 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
 
 
 @pytest.mark.parametrize(
+    "source",
+    [
+        'if __name__ == "__main__":\n    from serverless_gpu import distributed\n',
+        "if HAVE_GPU:\n    pass\nelse:\n    from serverless_gpu import distributed\n",
+        "if sys.version_info < (3, 10):\n    pass\nelif GPUS:\n    import serverless_gpu\n    serverless_gpu.x\n",
+    ],
+    ids=["main", "else", "elif"],
+)
+def test_an_import_in_a_plain_if_or_else_branch_is_rewritten(source: str) -> None:
+    # Only a try, or an if that picks between the two packages, guards an import: any other branch is plain code,
+    # whose keywords are rewritten too, and databricks.air gives the very objects serverless_gpu does.
+    code, findings = migrate(source)
+    assert code == source.replace("serverless_gpu", "databricks.air")
+    assert findings and not [finding for finding in findings if finding[2]]  # nothing left for a person
+
+
+@pytest.mark.parametrize(
     "source, finding",
     [
         (
             "try:\n    from serverless_gpu import distributed\nexcept ImportError:\n    pass\n",
             (2, 5, True, "a guarded import from serverless_gpu is left as it is: move it by hand"),
         ),
+        (  # an if that picks between the packages is a fallback, as a try is
+            "if HAVE_AIR:\n    import databricks.air as air\nelse:\n    import serverless_gpu as air\n",
+            (4, 5, True, "a guarded import of serverless_gpu is left as it is: move it by hand"),
+        ),
         (
-            "if HAVE_GPU:\n    import serverless_gpu\n    serverless_gpu.x\n",
+            "if importlib.util.find_spec(NAME):\n    import serverless_gpu\n",
             (2, 5, True, "a guarded import of serverless_gpu is left as it is: move it by hand"),
         ),
         (

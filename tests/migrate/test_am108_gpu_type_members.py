@@ -182,7 +182,7 @@ def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, cod
             "GPUType is bound more than once here, so it is left as it is: use AcceleratorType",
         ),
         (
-            "if GPU:\n    from serverless_gpu.compute import GPUType\n"
+            "if find_spec('serverless_gpu'):\n    from serverless_gpu.compute import GPUType\n"
             "from serverless_gpu import distributed\ndistributed(gpus=8, gpu_type=GPUType.H100)(f)\n",
             "GPUType comes from a guarded import, so it is left as it is: use AcceleratorType",
         ),
