@@ -22,6 +22,8 @@ from databricks.air.workloads.run_state import RunSpec
 
 RUN_ID_TAG = "databricks.air.workload.run_id"
 ATTEMPT_TAG = "databricks.air.workload.attempt"
+PREVIOUS_ATTEMPT_TAG = "databricks.air.workload.previous_attempt_run_id"
+NEXT_ATTEMPT_TAG = "databricks.air.workload.next_attempt_run_id"
 
 
 def enabled() -> bool:
@@ -47,8 +49,10 @@ class TrackedAttempt:
         self._uploader: Optional[threading.Thread] = None
 
     @classmethod
-    def open(cls, spec: RunSpec, attempt: int, artifacts: List[str], log_paths: List[str]) -> "TrackedAttempt":
-        """Create the run (``RuntimeConfigurationError`` when the store cannot be reached)."""
+    def open(cls, spec: RunSpec, attempt: int, artifacts: List[str], log_paths: List[str],
+             previous_run_id: Optional[str] = None) -> "TrackedAttempt":
+        """Create the run (``RuntimeConfigurationError`` when the store cannot be reached), linked to the previous
+        attempt's run (``previous_run_id``) both ways."""
         import mlflow
 
         os.environ["MLFLOW_EXPERIMENT_NAME"] = experiment_name(spec, mlflow.get_tracking_uri())
@@ -62,6 +66,12 @@ class TrackedAttempt:
         run = tracking.CallRun.open(spec.run_name, params)
         run.client.set_tag(run.run_id, RUN_ID_TAG, str(spec.run_id))
         run.client.set_tag(run.run_id, ATTEMPT_TAG, str(attempt))
+        if previous_run_id:
+            run.client.set_tag(run.run_id, PREVIOUS_ATTEMPT_TAG, previous_run_id)
+            try:
+                run.client.set_tag(previous_run_id, NEXT_ATTEMPT_TAG, run.run_id)
+            except Exception:  # noqa: BLE001 - the link back is a courtesy; the new run names the old one
+                pass
         for path in artifacts:
             if os.path.exists(path):
                 run.client.log_artifact(run.run_id, path)

@@ -36,6 +36,9 @@ class NodeVariables:
     """The workload's ``env_variables`` and secrets."""
     device_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """``CUDA_VISIBLE_DEVICES`` where the runtime chooses the node's devices (CPU ranks: none)."""
+    checkpoint_dir: Optional[str] = None
+    """``AIR_CHECKPOINT_DIR``: the run's folder for checkpoints, the same in every attempt (a workload's own
+    ``env_variables`` may name another, shared by every node of a cluster)."""
 
     def relocated(self, old_root: str, new_root: str) -> "NodeVariables":
         """The same variables on a node where the run's files are under ``new_root`` rather than ``old_root`` (each
@@ -47,7 +50,8 @@ class NodeVariables:
             return new_root + path[len(old_root):]
 
         return dataclasses.replace(self, code_source_path=move(self.code_source_path) or self.code_source_path,
-                                   hyperparameters_path=move(self.hyperparameters_path))
+                                   hyperparameters_path=move(self.hyperparameters_path),
+                                   checkpoint_dir=move(self.checkpoint_dir))
 
     def environ(self, base: Mapping[str, str]) -> Dict[str, str]:
         """``base`` (the submitter's environment, or the node's), then the workload's ``env_variables`` and
@@ -72,6 +76,8 @@ class NodeVariables:
         )
         if self.hyperparameters_path is not None:
             environ["HYPERPARAMETERS_PATH"] = self.hyperparameters_path
+        if self.checkpoint_dir is not None and CHECKPOINT_DIR_VARIABLE not in self.workload_variables:
+            environ[CHECKPOINT_DIR_VARIABLE] = self.checkpoint_dir
         if self.tracking:
             environ.update(self.tracking)
         return environ
@@ -87,6 +93,9 @@ def with_interpreter_on_path(environ: Mapping[str, str]) -> Dict[str, str]:
         copy["PATH"] = os.pathsep.join(filter(None, [here, copy.get("PATH", "")]))
     return copy
 
+
+CHECKPOINT_DIR_VARIABLE = "AIR_CHECKPOINT_DIR"
+"""Where ``databricks.air.data.Checkpointer()`` keeps checkpoints when given no folder."""
 
 RUNTIME_VARIABLES = ("NUM_NODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                      "CODE_SOURCE_PATH", "HYPERPARAMETERS_PATH", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI")

@@ -34,6 +34,9 @@ GRACE_VARIABLE = _variables.TERMINATE_GRACE_SECONDS  # the decorator's, with the
 DEFAULT_RETRY_DELAY = 1.0
 DEFAULT_GRACE = 3.0
 MAX_ALERTS = 100
+CHECKPOINTS = "checkpoints"
+"""The run's folder for ``databricks.air.data.Checkpointer`` (``AIR_CHECKPOINT_DIR``): every attempt finds the
+checkpoints of the ones before."""
 _POLL_SECONDS = 0.2
 _ALERT_FLUSH_SECONDS = 1.0
 
@@ -67,6 +70,8 @@ class Supervisor:
         """Why the run stopped when :attr:`wake` was set without a cancel request in the folder."""
         self.echo = echo
         """Where a node's output goes besides its log (``echo(attempt, node)``), after secrets are redacted."""
+        self._previous_run_id: Optional[str] = None
+        """The MLflow run of the attempt before, which the next attempt's run names (attempts are linked)."""
         self._alerts: Dict[Tuple[int, int, str], Alert] = {}
         self._alerts_changed = False
         self._alerts_lock = threading.Lock()
@@ -170,7 +175,8 @@ class Supervisor:
         if attempt_tracking.enabled():
             tracked = attempt_tracking.TrackedAttempt.open(
                 spec, number, [self.folder.file(registry.CONFIG), self.folder.file(registry.HYPERPARAMETERS)],
-                log_paths)
+                log_paths, previous_run_id=self._previous_run_id)
+            self._previous_run_id = tracked.run_id
         port = group.master_port()
         self._update(
             status=statuses.RUNNING,
@@ -246,6 +252,7 @@ class Supervisor:
                 local_world_size=plan.local_world_size, code_source_path=spec.code_path,
                 hyperparameters_path=hyperparameters, tracking=tracked.environ() if tracked else None,
                 workload_variables={**spec.env_variables, **secrets}, device_variables=devices,
+                checkpoint_dir=self.folder.node_file(CHECKPOINTS),
             )
             for node in range(plan.num_nodes)
         ]

@@ -416,3 +416,47 @@ def test_ten_submissions_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) -
     runs = mlflow.MlflowClient(environ["MLFLOW_TRACKING_URI"]).search_runs(
         [e.experiment_id for e in mlflow.MlflowClient(environ["MLFLOW_TRACKING_URI"]).search_experiments()])
     assert len(runs) == 10 and {run.info.status for run in runs} == {"FINISHED"}
+
+
+RESUMING_COMMAND = """python - <<'EOF'
+import os, signal
+import torch
+from databricks.air.data import Checkpointer
+
+torch.manual_seed(0)
+model = torch.nn.Linear(2, 1, bias=False)
+initial = model.weight.sum().item()
+checkpointer = Checkpointer(keep=2)  # AIR_CHECKPOINT_DIR: the run's, the same in every attempt
+start = checkpointer.restore(model=model)
+print(f"attempt starts at step {start}", flush=True)
+for step in range((start or 0) + 1, 11):
+    with torch.no_grad():
+        model.weight += 1
+    if step % 2 == 0:
+        checkpointer.save(step, model=model)
+    if start is None and step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # the first attempt dies between two checkpoints
+print(f"done: gained {model.weight.sum().item() - initial:g}", flush=True)
+EOF
+"""
+
+
+def test_a_retried_workload_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    path = write_workload(tmp_path, command=RESUMING_COMMAND, max_retries=1,
+                          compute={"accelerator_type": "CPU", "num_accelerators": 1})
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = air("run", "-f", str(path), "--watch", timeout=300,
+               env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": store})
+    assert done.returncode == 0, done.stderr
+    assert "attempt starts at step None" in done.stdout and "attempt starts at step 4" in done.stdout
+    assert "done: gained 20" in done.stdout  # 10 steps of +1 on 2 weights: none lost, none twice
+    run_id = int(done.stderr.split("air: run ")[1].split()[0])
+    checkpoints = Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs" / str(run_id) / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("step_")) == ["step_10", "step_8"]
+    import mlflow
+
+    client = mlflow.MlflowClient(store)
+    first, second = sorted(client.search_runs([e.experiment_id for e in client.search_experiments()]),
+                           key=lambda run: int(run.data.tags["databricks.air.workload.attempt"]))
+    assert second.data.tags["databricks.air.workload.previous_attempt_run_id"] == first.info.run_id
+    assert first.data.tags["databricks.air.workload.next_attempt_run_id"] == second.info.run_id
