@@ -190,3 +190,31 @@ def test_the_timeout_covers_every_attempt() -> None:
     assert took < 4 + 5, took  # the timeout plus the grace and the stop, not 50 attempts
     kept = [name for name in os.listdir(function.last_log_dir) if name.startswith("attempt_")]
     assert len(kept) >= 2
+
+
+def _train_and_die_once(folder: str) -> int:
+    import os
+    import signal
+
+    import torch
+
+    from databricks.air.data import Checkpointer
+    from databricks.air.runtime import get_restart_count
+
+    model = torch.nn.Linear(1, 1)
+    checkpointer = Checkpointer(folder)
+    start = checkpointer.restore(model=model) or 0
+    for step in range(start + 1, 30):
+        if step % 10 == 0:
+            checkpointer.save(step, model=model)
+        if get_restart_count() == 0 and step == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return start
+
+
+def test_the_restart_line_names_the_step_the_next_attempt_resumes_from(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    function = distributed(accelerator_type="CPU", num_accelerators=1, timeout=120, max_restarts=1)
+    assert function(_train_and_die_once).distributed(str(tmp_path / "ckpt")) == [20]
+    assert "; restart 1 of 1 from step 20 (attempt 0's logs:" in capfd.readouterr().err

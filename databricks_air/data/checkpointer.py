@@ -37,6 +37,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from databricks.air import _variables
 from databricks.air.data.checkpoint_reader import UCVolumeReader
 from databricks.air.data.checkpoint_writer import UCVolumeWriter
 from databricks.air.data.errors import (
@@ -157,6 +158,7 @@ class Checkpointer:
         with _dcp_errors():
             dcp.save(state, storage_writer=UCVolumeWriter(folder), no_dist=process_group() is None)
         if rank == 0:
+            _note_for_the_launcher(step, folder)
             # Deleting takes time (40 to 60 ms for 256 MiB on a local disk, more on a volume): a thread does it while
             # training goes on. Not a daemon: the process ends once it is done.
             self._removal = threading.Thread(target=self._prune, args=(step,), name="air-checkpoint-removal")
@@ -301,6 +303,19 @@ class Checkpointer:
         )
         error.step, error.epoch, error.saved_world_size, error.world_size = step, epoch, saved_world, world_size
         raise error
+
+
+def _note_for_the_launcher(step: int, folder: Path) -> None:
+    """Tell the call's launcher the step just saved (its restart line says where the next attempt resumes); a note
+    that cannot be written costs the line its step, never the save."""
+    path = os.environ.get(_variables.LAST_CHECKPOINT_FILE)
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as note:
+            note.write(f"{step} {folder}\n")
+    except OSError:
+        pass
 
 
 def _template(
