@@ -11,14 +11,15 @@ in a single process (no process group) by
   outside the save's time (so that it never slows the next save of either side), and its time is shown on its own
   line.
 
-The sides take turns, the order of each round reversed from the last (torch, UCVolumeWriter, ours, ours, ...), REPEATS saves each after
-one warm-up round, median (the best, least disturbed, save of each side is shown too); ``os.sync()`` runs before every timed save so that neither side pays for the other's
-dirty pages, and the plain ``dcp.save`` folders are removed outside the timing. Both writers sync every file
-(``sync_files=True``, torch's default) with one writer thread; ours also computes the CRC-32 of every 4 MiB
-(ISA-L where installed), writes and syncs the checksum manifest, syncs the folder, and takes the state through
-``get_model_state_dict``. The process's CPU time per save (all threads) is shown too: on a machine shared with other
-work it moves less than the wall time. After the runs, the newest checkpoint is restored into a zeroed model and
-compared with the saved one.
+The sides take turns, the order of each round reversed from the last (torch, UCVolumeWriter, ours, ours,
+UCVolumeWriter, torch, ...), REPEATS saves each after one warm-up round, median (the best, least disturbed, save of
+each side is shown too); ``os.sync()`` runs before every timed save so that no side pays for another's dirty pages,
+and the plain ``dcp.save`` folders are removed outside the timing. Every writer syncs every file
+(``sync_files=True``, torch's default) with one writer thread; ``UCVolumeWriter`` also computes the CRC-32 of every
+4 MiB (ISA-L where installed), writes and syncs the checksum manifest and syncs the folder; the Checkpointer also
+takes the state through ``get_model_state_dict`` and saves a small record (step, world size). The process's CPU
+time per save (all threads) is shown too: on a machine shared with other work it moves less than the wall time.
+After the runs, the newest checkpoint is restored into a zeroed model and compared with the saved one.
 
 Target: ``Checkpointer.save`` at most 1.1 x ``dcp.save`` with ``FileSystemWriter`` (wall time, median).
 
