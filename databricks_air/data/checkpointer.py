@@ -261,7 +261,9 @@ class Checkpointer:
 
         record = pickle.loads(state[_RECORD])
         if record.get("version") != _RECORD_VERSION:
-            raise StateMismatchError(f"the checkpoint {folder} has an unknown format (version {record.get('version')!r})")
+            raise StateMismatchError(
+                f"the checkpoint {folder} has an unknown format (version {record.get('version')!r})"
+            )
         if optimizer is not None:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         elif model is not None:

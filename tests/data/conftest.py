@@ -36,6 +36,15 @@ def make_files(folder: Path, count: int, size: int = 16, prefix: str = "f") -> L
     return names
 
 
+def corrupt_largest_shard(checkpoint: Path) -> Path:
+    """Flip one byte in the middle of the checkpoint's largest data file; returns that file."""
+    largest = max(checkpoint.glob("*.distcp"), key=lambda path: path.stat().st_size)
+    data = bytearray(largest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    largest.write_bytes(bytes(data))
+    return largest
+
+
 def volume_of(tmp_path: Path, contents: Dict[str, bytes]) -> Path:
     """A folder ``tmp_path/volume`` holding files ``name -> bytes``."""
     root = tmp_path / "volume"

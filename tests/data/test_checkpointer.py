@@ -18,7 +18,7 @@ from databricks.air.data import Checkpointer, DataLoader, UCVolumeDataset
 from databricks.air.data.errors import CorruptCheckpointError, LoaderPositionError, StateMismatchError
 from databricks.air.exceptions import DistributedExecutionError
 
-from .conftest import make_files
+from .conftest import corrupt_largest_shard, make_files
 
 
 def _parts(seed: int = 0) -> Tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
@@ -39,14 +39,6 @@ def _train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedu
 
 def _same_tensors(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
-
-
-def _flip_byte_of_largest_shard(folder: Path) -> Path:
-    largest = max(folder.glob("*.distcp"), key=lambda path: path.stat().st_size)
-    data = bytearray(largest.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    largest.write_bytes(bytes(data))
-    return largest
 
 
 def test_one_process_round_trip_of_model_optimizer_scheduler_loader_and_extras(tmp_path: Path) -> None:
@@ -148,7 +140,7 @@ def test_a_checkpoint_with_a_corrupted_shard_is_passed_over_naming_the_file(tmp_
     saved = {key: value.clone() for key, value in model.state_dict().items()}
     _train_step(model, optimizer, scheduler)
     checkpointer.save(2, model=model, optimizer=optimizer)
-    damaged = _flip_byte_of_largest_shard(tmp_path / "step_2")
+    damaged = corrupt_largest_shard(tmp_path / "step_2")
 
     fresh, fresh_optimizer, _ = _parts(seed=5)
     assert checkpointer.restore(model=fresh, optimizer=fresh_optimizer) == 1
@@ -157,7 +149,7 @@ def test_a_checkpoint_with_a_corrupted_shard_is_passed_over_naming_the_file(tmp_
     assert folder == tmp_path / "step_2" and f"checkpoint file {damaged} is corrupted" in reason
 
     # When no complete checkpoint restores, that is an error, not a fresh start.
-    _flip_byte_of_largest_shard(tmp_path / "step_1")
+    corrupt_largest_shard(tmp_path / "step_1")
     with pytest.raises(CorruptCheckpointError, match=f"no checkpoint under {tmp_path} could be restored: "
                        "step_2: checkpoint file .* is corrupted.*; step_1: checkpoint file .* is corrupted"):
         checkpointer.restore(model=fresh, optimizer=fresh_optimizer)
@@ -359,7 +351,7 @@ def test_a_rank_killed_during_a_save_and_a_corrupted_shard_fall_back_to_the_prev
         cpu2(_save_until_killed).distributed(str(root), str(tmp_path / "volume"), killed_at=3)
     assert sorted(os.listdir(root)) == ["step_1", "step_2", "step_3"]
     assert not (root / "step_3" / ".metadata").exists() and any((root / "step_3").glob("__1_*.distcp"))
-    damaged = _flip_byte_of_largest_shard(root / "step_2")
+    damaged = corrupt_largest_shard(root / "step_2")
 
     results = cpu2(_restore).distributed(str(root), str(tmp_path / "volume"))
     for result in results:

@@ -14,6 +14,8 @@ from databricks.air.data import DataLoader, UCVolumeDataset
 from databricks.air.data.errors import CorruptCheckpointError, DataFileVanishedError
 from databricks.air.exceptions import DistributedExecutionError
 
+from .conftest import corrupt_largest_shard
+
 
 def _save_sharded(checkpoint: str) -> None:
     """Rank body: a DTensor sharded over both ranks, saved with UCVolumeWriter."""
@@ -61,19 +63,11 @@ def _load_sharded(checkpoint: str, catch: bool) -> Dict[str, Any]:
     return {"raised": None, "failures": {}}
 
 
-def _corrupt_largest_shard(checkpoint: Path) -> Path:
-    largest = max(checkpoint.glob("*.distcp"), key=lambda path: path.stat().st_size)
-    data = bytearray(largest.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    largest.write_bytes(bytes(data))
-    return largest
-
-
 def test_a_corrupted_shard_is_named_on_every_rank_and_in_the_caller(tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"
     cpu2 = distributed(accelerator_type="CPU", num_accelerators=2, timeout=300)
     cpu2(_save_sharded).distributed(str(checkpoint))
-    corrupted = _corrupt_largest_shard(checkpoint)
+    corrupted = corrupt_largest_shard(checkpoint)
 
     # In the ranks: DCP gathers each rank's exception from every rank by pickling it.
     results: List[Dict[str, Any]] = cpu2(_load_sharded).distributed(str(checkpoint), catch=True)
