@@ -249,3 +249,32 @@ def test_nothing_of_a_submitted_call_is_left_after_it_ends() -> None:
     concurrent.futures.wait(calls, timeout=120)
     assert all(call.status is CallStatus.SUCCEEDED for call in calls)
     assert wait_until(lambda: not [p for p in server_descendants() if p.status() != psutil.STATUS_ZOMBIE], 10)
+
+
+def _print_twice(flag: str) -> None:
+    import os
+    import pathlib
+    import time
+
+    print("before anyone waits", flush=True)
+    pathlib.Path(flag + ".printed").touch()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(flag + ".go") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print("while the cell waits", flush=True)
+
+
+def test_rank_zeros_output_shows_only_while_someone_waits_in_result(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    flag = str(tmp_path / "flag")
+    call = cpu1(_print_twice).submit(flag)
+    assert wait_until(lambda: os.path.exists(flag + ".printed"), 60)
+    time.sleep(0.3)  # the line has reached the caller's pipe reader by now
+    out, err = capfd.readouterr()
+    assert "before anyone waits" not in out
+    assert "_print_twice runs in the background; its rank 0 output shows while a cell waits in result()" in err
+    threading.Timer(0.5, lambda: Path(flag + ".go").touch()).start()
+    call.result(timeout=60)
+    assert "while the cell waits" in capfd.readouterr().out
+    assert "before anyone waits" in (Path(call.log_dir) / "rank_0.txt").read_text()  # the log has all of it
