@@ -361,3 +361,54 @@ def test_a_rank_killed_during_a_save_and_a_corrupted_shard_fall_back_to_the_prev
                                                                        "finish)")
         assert corrupt == str(root / "step_2") and f"checkpoint file {damaged} is corrupted" in why_corrupt
     shutil.rmtree(root)
+
+
+def _fsdp2_round_trip(root: str) -> Dict[str, Any]:
+    """Rank body: an FSDP2 (fully_shard) model and its Adam state saved sharded, restored into a fresh sharded copy."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    from databricks.air.data import Checkpointer
+
+    def sharded() -> torch.nn.Module:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+        for layer in model:
+            fully_shard(layer)
+        return fully_shard(model)
+
+    def full(model: torch.nn.Module) -> Dict[str, Any]:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {key: value.tolist() for key, value in get_model_state_dict(model, options=options).items()}
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = sharded()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    checkpointer = Checkpointer(root)
+    checkpointer.save(5, model=model, optimizer=optimizer)
+    local_files = sorted(os.listdir(checkpointer.folder(5)))
+    fresh = sharded()
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    step = checkpointer.restore(model=fresh, optimizer=fresh_optimizer)
+    result = {"step": step, "saved": full(model), "restored": full(fresh), "files": local_files}
+    dist.destroy_process_group()
+    return result
+
+
+def test_an_fsdp2_model_is_saved_sharded_and_restores_on_two_ranks_and_on_one(tmp_path: Path) -> None:
+    cpu2 = distributed(accelerator_type="CPU", num_accelerators=2, timeout=300)(_fsdp2_round_trip)
+    results = cpu2.distributed(str(tmp_path))
+    for result in results:  # (the full state dict is gathered on rank 0 only)
+        assert result["step"] == 5 and result["restored"] == result["saved"]
+    assert results[0]["saved"].keys() == {"0.weight", "0.bias", "1.weight", "1.bias"}
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(results[0]["files"])  # each rank wrote its shards
+    # One process, plain modules: DCP puts the shards together.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    assert Checkpointer(tmp_path).restore(model=model, optimizer=optimizer) == 5
+    assert {key: value.tolist() for key, value in model.state_dict().items()} == results[0]["saved"]
+    assert optimizer.state[model[0].weight]["exp_avg"].shape == (16, 8)
