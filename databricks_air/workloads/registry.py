@@ -244,7 +244,13 @@ class Registry:
         self.root = root or paths.runs_dir()
 
     def _ensure(self) -> None:
-        os.makedirs(os.path.join(self.root, "keys"), mode=0o700, exist_ok=True)
+        # Private to the user, all the way down: a run's logs hold what its command printed, and its configuration
+        # the names of its secrets (older versions made these folders 0755; they are made private again here).
+        home = [paths.air_home()] if self.root == paths.runs_dir() else []
+        for folder in (*home, self.root, os.path.join(self.root, "keys")):
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            if os.stat(folder).st_uid == os.getuid() and os.stat(folder).st_mode & 0o077:
+                os.chmod(folder, 0o700)
 
     def key_file(self, idempotency_key: str) -> str:
         return os.path.join(self.root, "keys", hashlib.sha256(idempotency_key.encode()).hexdigest())

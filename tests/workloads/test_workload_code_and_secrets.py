@@ -226,3 +226,13 @@ def test_dependencies_that_cannot_be_installed_fail_the_run_without_retries(tmp_
     run = state(final["run_id"])
     assert run.attempts == []
     assert "no-such-package-of-air-tests" in air("logs", str(final["run_id"])).stdout
+
+
+def test_the_runs_folders_are_private_to_the_user(tmp_path: Path) -> None:
+    home = Path(os.environ["DATABRICKS_AIR_HOME"])
+    home.mkdir(mode=0o755)  # as an older version left it
+    path = write_workload(tmp_path, command="echo private")
+    done = air("run", "-f", str(path), "--watch")
+    assert done.returncode == 0, done.stderr
+    for folder in (home, home / "runs"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
