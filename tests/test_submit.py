@@ -273,8 +273,24 @@ def test_rank_zeros_output_shows_only_while_someone_waits_in_result(
     time.sleep(0.3)  # the line has reached the caller's pipe reader by now
     out, err = capfd.readouterr()
     assert "before anyone waits" not in out
-    assert "_print_twice runs in the background; its rank 0 output shows while a cell waits in result()" in err
     threading.Timer(0.5, lambda: Path(flag + ".go").touch()).start()
     call.result(timeout=60)
     assert "while the cell waits" in capfd.readouterr().out
     assert "before anyone waits" in (Path(call.log_dir) / "rank_0.txt").read_text()  # the log has all of it
+
+
+def test_the_background_note_is_said_once_per_process(run_script: Any) -> None:
+    done = run_script("""
+        from databricks.air import distributed
+
+        @distributed(accelerator_type="CPU", num_accelerators=1, timeout=120)
+        def one(x):
+            return x
+
+        print([call.result()[0] for call in [one.submit(x) for x in range(3)]])
+    """, env={"DATABRICKS_AIR_MLFLOW": "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 2]"
+    assert done.stderr.count("runs in the background; a submitted call's rank 0 output shows while a cell waits in "
+                             "its result(), and every rank's output is in its log folder") == 1
+
