@@ -106,3 +106,22 @@ def test_ci_runs_the_readme_developing_commands() -> None:
     tests = _first_block(section[section.index("Run the tests"):], "sh").strip()
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert f"({install})" in script and f"({tests})" in script
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    """An editable install finds every folder; a wheel ships only the packages ``pyproject.toml`` lists."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the project depends on tomli there
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {name: root / path for name, path in config["package-dir"].items()}
+    found = set()
+    for name, folder in folders.items():
+        for init in folder.rglob("__init__.py"):
+            relative = init.parent.relative_to(folder)
+            found.add(".".join([name, *relative.parts]) if relative.parts else name)
+    assert sorted(found - set(config["packages"])) == []
+

@@ -151,15 +151,6 @@ class RayJobs:
             for node in found
         ]
 
-    def autoscales(self) -> bool:
-        """Whether an autoscaler runs on the cluster (it may add nodes that are not up now)."""
-        try:
-            reply = self.client._do_request("GET", "/api/cluster_status")  # noqa: SLF001 - the dashboard's own route
-            status = reply.json().get("data", {}) if reply.status_code == 200 else {}
-        except Exception:  # noqa: BLE001 - unknown: the live nodes are the limit
-            return False
-        return bool(status.get("autoscalingStatus"))
-
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
