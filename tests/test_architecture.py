@@ -16,7 +16,7 @@ PACKAGE_DIR = Path(databricks.air.__file__).parent
 ROOT = PACKAGE_DIR.parent
 MODULES = modules_of(PACKAGE_DIR, PACKAGE)
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
-PARTS = ("_engine", "_ray", "data")
+PARTS = ("_engine", "_ray", "data", "workloads")
 
 
 def test_there_is_no_import_circle() -> None:
@@ -24,7 +24,7 @@ def test_there_is_no_import_circle() -> None:
     assert circle is None, "import circle: " + " -> ".join(circle or [])
 
 
-def test_the_engine_ray_and_data_never_import_the_launcher_or_the_package_api() -> None:
+def test_the_engine_ray_data_and_workloads_never_import_the_launcher_or_the_package_api() -> None:
     offending: List[str] = []
     for module in MODULES:
         if not any(module.startswith(f"{PACKAGE}.{part}") for part in PARTS):
