@@ -49,10 +49,15 @@ What it measures
     so that both meet the same load. Peak memory is measured by ``bench/_peak_memory.py``, a small process that
     runs the command (a child forked from this large process would report this process's pages as its own).
 
-Budgets (issues 5 and 16, on the project's 2-core machines)
+    Anchors of issue 31 (``lb``, ``lb2``, ``le``): a fresh process that parses every Python cell of (b), of (b2) in
+    each form, and (e)'s script with libcst, nothing more (``bench/_libcst_parse.py``: interpreter start-up and
+    ``import libcst`` included, the cells read as ``air-migrate`` reads them). Each is run in turn with its case.
+
+Budgets (issues 5, 16 and 31, on the project's 2-core machines)
     a <= 5 s; b, b2 <= 2 s (each form); c (-j2) <= 30 s; every corpus of 100 files at most 0.3 times its anchor in
-    the same run; e <= 20 s and 500 MB; f within 1.25 times (b2)'s time per cell. Nothing asserts on time: an over-budget case says ``over``. The script
-    exits non-zero only when a command fails or a check finds a wrong result.
+    the same run; e <= 20 s and 500 MB; f within 1.25 times (b2)'s time per cell; b, b2 (each form) and e at most
+    1.5 times their libcst parse anchor in the same run. Nothing asserts on time: an over-budget case says
+    ``over``. The script exits non-zero only when a command fails or a check finds a wrong result.
 
 Run: ``.venv/bin/python bench/migrate_speed.py`` (full; minutes) or ``--quick`` (10x smaller corpora, one run each,
 no budgets judged). ``--cases a,b-ipynb`` runs only those cases; ``--keep`` leaves the scratch directory for
@@ -85,10 +90,15 @@ LIBCST_COMMAND = [
     sys.executable, "-m", "libcst.tool", "codemod", "rename.RenameCommand", "-j", "2", "--no-format",
     "--hide-progress", "--old_name", "serverless_gpu", "--new_name", "databricks.air",
 ]
+PARSE_COMMAND = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_libcst_parse.py")]
 CASE_KEYS = ("a", "b-ipynb", "b-databricks", "b2-ipynb", "b2-databricks", "c-j2", "c-j1", "d", "p-j2", "dp", "s-j2",
-             "ds", "e", "f")
+             "ds", "e", "f", "lb-ipynb", "lb-databricks", "lb2-ipynb", "lb2-databricks", "le")
 ANCHORS = {"c-j2": "d", "p-j2": "dp", "s-j2": "ds"}
 """Each corpus of many files, with the anchor run on the same files."""
+PARSE_ANCHORS = {"b-ipynb": "lb-ipynb", "b-databricks": "lb-databricks", "b2-ipynb": "lb2-ipynb",
+                 "b2-databricks": "lb2-databricks", "e": "le"}
+"""Each notebook and the 3 MB script, with a fresh process that only parses its cells with libcst (issue 31)."""
+PARSE_BUDGET = 1.5
 BIG_SCRIPT_BYTES = 3_000_000
 BIG_NOTEBOOK_CELLS = 5360
 BIG_NOTEBOOK_OUTPUT_LINES = 7
@@ -363,6 +373,12 @@ def check_libcst(pristine: str, run: Run) -> None:
             raise WrongResult(f"libcst RenameCommand left a serverless_gpu import in {name}")
 
 
+def check_parsed(pristine: str, run: Run) -> None:
+    _expect_exit(run, 0, "libcst parse")
+    if not re.match(r"[1-9]\d* cell\(s\) parsed", run.stdout):
+        raise WrongResult(f"libcst parse: no cell parsed:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+
+
 def same_result(one: Case, other: Case) -> None:
     """``-j1`` and ``-j2`` must write the same files and the same report, in the same order."""
     assert one.last is not None and other.last is not None
@@ -463,6 +479,14 @@ def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> 
              memory_budget=None if quick else 500.0),
         Case("f", f"f. {len(built['big_cells']):,}-cell .ipynb of (b2)'s cells, with outputs",  # type: ignore
              "big.ipynb", OUR_COMMAND, check_ipynb(built["big_cells"])),  # type: ignore[arg-type]
+        Case("lb-ipynb", "lb. anchor: libcst parses every cell of (b), .ipynb", "notebook.ipynb", PARSE_COMMAND,
+             check_parsed),
+        Case("lb-databricks", "lb. anchor: the same, Databricks source", "notebook.py", PARSE_COMMAND, check_parsed),
+        Case("lb2-ipynb", "lb2. anchor: libcst parses every cell of (b2), .ipynb", "varied.ipynb", PARSE_COMMAND,
+             check_parsed),
+        Case("lb2-databricks", "lb2. anchor: the same, Databricks source", "varied.py", PARSE_COMMAND,
+             check_parsed),
+        Case("le", "le. anchor: libcst parses (e)'s 3 MB script", "big.py", PARSE_COMMAND, check_parsed),
     ]
     assert tuple(case.key for case in all_cases) == CASE_KEYS
     return {case.key: case for case in all_cases}
@@ -490,6 +514,13 @@ def report(all_cases: Dict[str, Case], repeats: int) -> None:
             verdict = "ok" if ratio <= 0.3 else "OVER"
             print(f"ratio {ours} / {anchor} (libcst RenameCommand, -j 2, same files; medians): {ratio:.2f} wall, "
                   f"{cpu:.2f} CPU (budget 0.30: {verdict})")
+    for ours, anchor in PARSE_ANCHORS.items():
+        if ours in all_cases and anchor in all_cases:
+            ratio = all_cases[ours].median / all_cases[anchor].median
+            cpu = statistics.median(all_cases[ours].cpu) / statistics.median(all_cases[anchor].cpu)
+            verdict = "ok" if ratio <= PARSE_BUDGET else "OVER"
+            print(f"ratio {ours} / {anchor} (a fresh process parsing the same cells with libcst; medians): "
+                  f"{ratio:.2f} wall, {cpu:.2f} CPU (budget {PARSE_BUDGET:.2f}: {verdict})")
     if "c-j2" in all_cases and "c-j1" in all_cases:
         print(f"speed-up -j2 over -j1: {all_cases['c-j1'].median / all_cases['c-j2'].median:.2f}")
     if "f" in all_cases and "b2-ipynb" in all_cases:
@@ -530,9 +561,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         built = build_corpora(scratch, sizes)
         all_cases = cases(scratch, sizes, built, args.quick)
         chosen = {key: case for key, case in all_cases.items() if not wanted or key in wanted}
-        paired = {key for pair in ANCHORS.items() for key in pair if set(pair) <= set(chosen)}
+        pairs = {**ANCHORS, **PARSE_ANCHORS}
+        paired = {key for pair in pairs.items() for key in pair if set(pair) <= set(chosen)}
         groups = [[case] for key, case in chosen.items() if key not in paired]
-        groups += [[chosen[ours], chosen[anchor]] for ours, anchor in ANCHORS.items() if ours in paired]
+        groups += [[chosen[ours], chosen[anchor]] for ours, anchor in pairs.items() if ours in paired]
         if args.before:
             code = os.path.abspath(args.before)
             groups = [[each for case in group

@@ -27,7 +27,16 @@ import dataclasses
 from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
-from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider, ProviderT, ScopeProvider
+from libcst.metadata import (
+    CodePosition,
+    CodeRange,
+    ExpressionContextProvider,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    ProviderT,
+    ScopeProvider,
+)
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from air_migrate.cell_context import PrefixImport, prefix_of
@@ -127,21 +136,30 @@ class PreparedCell:
         elif self.words is not None:
             self.skipped = self.skipped | {s for s in own if not _holds_any(self.codes, s, self.words)}
         positions = _StatementPositions(module, self.ancestors, self._wrapper, self.codes)
-        metadata = _LazyMetadata(self._wrapper, providers, self._scope_wrapper(module), positions)
+        metadata = _LazyMetadata(self._wrapper, providers, self._scopes, positions)
         for rule in self.rules:
             rule.metadata = metadata  # type: ignore[assignment]
 
-    def _scope_wrapper(self, module: libcst.Module) -> Optional[MetadataWrapper]:
-        """Scopes computed over the statements that are traversed (and the prefix) only: every binding of a word a
-        rule asks for spells that word, so it lies in a statement that is kept, and what those names resolve to is
-        the same as over the whole cell at a fraction of the cost. ``None`` when nothing is left out."""
-        if self.partial is not None:
-            return None  # the statements left out are text already: they hold no scope
-        kept = [statement for statement in module.body[: len(self.context.prefix)]]
-        kept += [s for s in module.body[len(self.context.prefix):] if s not in self.skipped]
-        if len(kept) == len(module.body):
-            return None
-        return MetadataWrapper(module.with_changes(body=kept), unsafe_skip_copy=True)
+    def _scopes(self) -> Mapping:  # type: ignore[type-arg]
+        """``ScopeProvider``'s metadata, computed over the statements that are traversed (and the prefix) only, the
+        nested ones too: every binding and every read of a word a rule asks for spells that word, so it lies in a
+        statement that is kept, and what those names resolve to is the same as over the whole cell, at a fraction
+        of the cost (a decorated function's body is most of a cell, and rarely names anything a rule asks about).
+        The nodes rebuilt to leave statements out (a function whose body is shortened, its blocks, the module) are
+        looked up as the originals they stand for."""
+        module = self.module
+        if self.words is None:
+            return _resolve_scopes(module)
+        replaced: Dict[libcst.CSTNode, libcst.CSTNode] = {}
+        body = list(module.body[: len(self.context.prefix)])
+        for statement in module.body[len(self.context.prefix):]:
+            if statement not in self.skipped:  # (a statement left as text holds none of the words either)
+                body.append(_pruned(statement, self.words, self.codes, replaced))
+        if not replaced and len(body) == len(module.body):
+            return _resolve_scopes(module)
+        pruned = module.with_changes(body=body)
+        replaced[module] = pruned
+        return _Translated(_resolve_scopes(pruned), replaced)
 
     def survey(self) -> None:
         """Let every rule look at the cell before any cell of the file is changed."""
@@ -189,11 +207,13 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
     cost more than parsing: a cell where no rule needs them never pays for them)."""
 
     def __init__(
-        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scope_wrapper: Optional[MetadataWrapper],
+        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scopes: Callable[[], Mapping],  # type: ignore
         positions: "_StatementPositions",
     ) -> None:
         self._wrapper = wrapper
-        self._scope_wrapper = scope_wrapper
+        self._scopes = scopes
+        self._scope_mapping: Optional[Mapping] = None  # type: ignore[type-arg]
+        self._parents: Optional[Dict[libcst.CSTNode, libcst.CSTNode]] = None
         self._positions = positions
         self._providers = tuple(providers)
 
@@ -202,8 +222,16 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
             raise KeyError(provider)
         if provider is PositionProvider:
             return self._positions
-        if provider is ScopeProvider and self._scope_wrapper is not None:
-            return self._scope_wrapper.resolve(provider)
+        if provider is ScopeProvider:
+            if self._scope_mapping is None:
+                self._scope_mapping = self._scopes()
+            return self._scope_mapping
+        if provider is ParentNodeProvider:
+            if self._parents is None:
+                finder = _Parents()
+                self._wrapper.module.visit(finder)
+                self._parents = finder.parents
+            return self._parents
         return self._wrapper.resolve(provider)
 
     def __contains__(self, provider: object) -> bool:
@@ -214,6 +242,108 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         return len(self._providers)
+
+
+def _resolve_scopes(module: libcst.Module) -> Mapping:  # type: ignore[type-arg]
+    """What ``MetadataWrapper(module).resolve(ScopeProvider)`` gives, at a third of the cost: libcst's two providers
+    (expression contexts, then scopes) each do their work in one traversal of their own when they meet the module,
+    so they are run that way, without the batched traversal around them (which visits every node once more per
+    provider, to do nothing) nor the copy of what they computed."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    contexts = ExpressionContextProvider()
+    with contexts.resolve(wrapper):
+        contexts.visit_Module(module)
+    wrapper._metadata[ExpressionContextProvider] = contexts._computed  # what ScopeProvider reads
+    scopes = ScopeProvider()
+    with scopes.resolve(wrapper):
+        scopes.visit_Module(module)
+    return scopes._computed
+
+
+def _positions(module: libcst.Module) -> Mapping:  # type: ignore[type-arg]
+    """What ``MetadataWrapper(module).resolve(PositionProvider)`` gives: one code generation that records where each
+    node is (the wrapper would also walk the whole module once more in a batched traversal with no visitor in it)."""
+    return PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
+
+
+class _Parents(libcst.CSTVisitor):
+    """What ``ParentNodeProvider`` gives (node -> its parent), in one plain traversal: libcst's own asks each node
+    for its children (a traversal of each node) within a batched traversal, ten times the cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parents: Dict[libcst.CSTNode, libcst.CSTNode] = {}
+        self._stack: List[libcst.CSTNode] = []
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return True
+
+    def on_leave(self, original_node: libcst.CSTNode) -> None:
+        self._stack.pop()
+
+    def on_visit_attribute(self, node: libcst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: libcst.CSTNode, attribute: str) -> None:
+        pass
+
+
+_PARTS = ("body", "orelse", "handlers", "finalbody", "cases")
+"""Where a compound statement (or a clause of one: ``else``, ``except``, ``finally``, ``case``) holds statements."""
+
+
+def _pruned(
+    node: libcst.CSTNode, words: FrozenSet[str], codes: Mapping[libcst.CSTNode, str],
+    replaced: Dict[libcst.CSTNode, libcst.CSTNode],
+) -> libcst.CSTNode:
+    """``node`` without the nested statements that hold none of ``words`` (a block left empty holds ``pass``);
+    ``replaced`` gains each node rebuilt, original -> new. ``node`` itself when nothing is left out."""
+    changes: Dict[str, object] = {}
+    for name in _PARTS:
+        part = getattr(node, name, None)
+        if isinstance(part, libcst.IndentedBlock):
+            kept = [_pruned(statement, words, codes, replaced) for statement in part.body
+                    if _holds_any(codes, statement, words)]
+            if len(kept) != len(part.body) or any(new is not old for new, old in zip(kept, part.body)):
+                new_block = part.with_changes(body=kept or [libcst.SimpleStatementLine([libcst.Pass()])])
+                replaced[part] = new_block
+                changes[name] = new_block
+        elif isinstance(part, (tuple, list)):
+            items = [_pruned(item, words, codes, replaced) for item in part]
+            if any(new is not old for new, old in zip(items, part)):
+                changes[name] = items
+        elif isinstance(part, libcst.CSTNode) and not isinstance(part, libcst.BaseSuite):
+            new = _pruned(part, words, codes, replaced)  # an `elif`, an `else:`, a `finally:`
+            if new is not part:
+                changes[name] = new
+    if not changes:
+        return node
+    new_node = node.with_changes(**changes)
+    replaced[node] = new_node
+    return new_node
+
+
+class _Translated(Mapping):  # type: ignore[type-arg]
+    """Metadata computed over a module some of whose nodes were rebuilt, looked up by the original nodes too."""
+
+    def __init__(self, mapping: Mapping, replaced: Mapping[libcst.CSTNode, libcst.CSTNode]) -> None:  # type: ignore
+        self._mapping = mapping
+        self._replaced = replaced
+
+    def __getitem__(self, node: libcst.CSTNode) -> object:
+        return self._mapping[self._replaced.get(node, node)]
+
+    def __contains__(self, node: object) -> bool:
+        return self._replaced.get(node, node) in self._mapping  # type: ignore[call-overload]
+
+    def __iter__(self) -> Iterator[libcst.CSTNode]:
+        return iter(self._mapping)
+
+    def __len__(self) -> int:
+        return len(self._mapping)
 
 
 def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
@@ -279,13 +409,13 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
             if found.passes < self._PARTIAL_PASSES and _positions_until(alone, node, found.positions):
                 found.passes += 1
             else:
-                found.positions.update(MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider))
+                found.positions.update(_positions(alone))
                 found.complete = True
         return found if node in found else None
 
     def _all(self) -> Mapping:  # type: ignore[type-arg]
         if self._whole is None:
-            self._whole = self._wrapper.resolve(PositionProvider)
+            self._whole = _positions(self._wrapper.module)
         return self._whole
 
     def __getitem__(self, node: libcst.CSTNode) -> CodeRange:

@@ -73,6 +73,8 @@ class CellSurvey:
         self._rule = rule
         self._facts = facts
         self._skip = rule.context.prefix_lines
+        self._prefix = frozenset(rule.module.body[: len(rule.context.prefix)])
+        """The statements of the earlier cells' imports, put before the cell's own."""
         self._cell = rule.context.number
         self._constructions: Dict[libcst.CSTNode, Construction] = {}
         """The class expression of each constructor call of the cell -> its :class:`Construction`."""
@@ -394,8 +396,14 @@ class CellSurvey:
         return Var(name.value, None if scope is None or isinstance(scope, GlobalScope) else scope)
 
     def _own(self, node: libcst.CSTNode) -> bool:
-        """Part of the cell itself, not of the earlier cells' imports put before it."""
-        return self._rule.get_metadata(PositionProvider, node).start.line > self._skip
+        """Part of the cell itself, not of the earlier cells' imports put before it (found by the top-level
+        statement that holds it, which costs less than its position)."""
+        if not self._prefix:
+            return True
+        parent = self._parent(node)
+        while parent is not None and not isinstance(parent, libcst.Module):
+            node, parent = parent, self._parent(parent)
+        return node not in self._prefix
 
     def _where(self, node: libcst.CSTNode) -> Where:
         start = self._rule.get_metadata(PositionProvider, node).start
