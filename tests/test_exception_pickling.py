@@ -34,6 +34,10 @@ SAMPLES: Dict[str, Any] = {
     "remote_traceback": 'Traceback (most recent call last):\n  File "train.py", line 3\nValueError: boom\n',
     "log_dir": "/tmp/databricks-air-logs/call",
     "problem": "must be a positive integer",
+    "run_id": 7,
+    "field": "parameters.lr",
+    "reason": "an alias (*base) on line 3: write the value out",
+    "mark": None,
 }
 
 

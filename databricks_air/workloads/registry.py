@@ -37,6 +37,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+from databricks.air._rebuildable import RebuildableError
 from databricks.air.workloads import paths
 from databricks.air.workloads.errors import RunNotFound, WorkloadError
 from databricks.air.workloads.run_state import RunSpec, RunState
@@ -59,7 +60,7 @@ def disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-class DamagedRun(WorkloadError):
+class DamagedRun(RebuildableError, WorkloadError):
     """A run's folder whose ``state.json`` or ``spec.json`` cannot be read; ``str()`` says what is wrong and where.
 
     Attributes:
@@ -68,10 +69,13 @@ class DamagedRun(WorkloadError):
         path: the file that is damaged.
     """
 
-    def __init__(self, run_id: int, problem: str, path: str) -> None:
-        super().__init__(f"run {run_id} is damaged: {problem} ({path}), so air can neither show, follow nor "
-                         f"cancel it. Its other files (its logs under attempts/) are in {os.path.dirname(path)}; "
-                         "remove that folder to drop the run from air list")
+    def __init__(self, run_id: Any, problem: str = "", path: str = "") -> None:
+        if not problem and not path and isinstance(run_id, str):  # the message alone (see RebuildableError)
+            super().__init__(run_id)
+        else:
+            super().__init__(f"run {run_id} is damaged: {problem} ({path}), so air can neither show, follow nor "
+                             f"cancel it. Its other files (its logs under attempts/) are in {os.path.dirname(path)}; "
+                             "remove that folder to drop the run from air list")
         self.run_id = run_id
         self.problem = problem
         self.path = path

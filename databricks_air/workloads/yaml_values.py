@@ -24,6 +24,8 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from databricks.air._rebuildable import RebuildableError
+
 MAX_DEPTH = 64
 """Levels of lists and mappings a document may have, the file's own mapping being level 1 (``parameters: {a: 1}``
 is 2 levels)."""
@@ -51,7 +53,7 @@ class Float(float):
     source: str
 
 
-class Refused(ComposerError):
+class Refused(RebuildableError, ComposerError):
     """YAML that a workload file may not hold (an alias, a repeated key, deep nesting...).
 
     Attributes:
@@ -60,10 +62,12 @@ class Refused(ComposerError):
         reason: what is wrong and what to do, with the line.
     """
 
-    def __init__(self, field: str, reason: str, mark: Any) -> None:
-        super().__init__(None, None, reason, mark)
+    def __init__(self, field: str, reason: str = "", mark: Any = None) -> None:
+        # The message alone (see RebuildableError) is the reason: a DataLoader worker's re-raise passes only it.
+        super().__init__(None, None, reason or field, mark)
         self.field = field
         self.reason = reason
+        self.mark = mark
 
 
 _Step = Union[str, int, None]
