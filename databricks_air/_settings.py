@@ -26,6 +26,7 @@ DEFAULT_KEEP_CALLS = 50
 DEFAULT_KEEP_DAYS = 7.0
 DEFAULT_UPLOAD_SECONDS = 30.0
 DEFAULT_SYSTEM_METRICS_SECONDS = 10.0
+DEFAULT_STRAGGLER_SECONDS = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class CallSettings:
     grace_period: float
     snapshot_seconds: float
     stall_seconds: float
+    straggler_seconds: float
     log_root: str
     """Where the call's log folder is made (it may not exist yet; a folder can be made there)."""
     keep_calls: int
@@ -55,6 +57,7 @@ class CallSettings:
             grace_period=self.grace_period,
             snapshot_seconds=self.snapshot_seconds,
             stall_seconds=self.stall_seconds,
+            straggler_seconds=self.straggler_seconds,
         )
 
 
@@ -67,6 +70,7 @@ def read(environ: Mapping[str, str]) -> CallSettings:
         grace_period=seconds(environ, _variables.TERMINATE_GRACE_SECONDS, 3.0),
         snapshot_seconds=seconds(environ, _variables.SNAPSHOT_SECONDS, 5.0),
         stall_seconds=seconds(environ, _variables.STALL_SECONDS, 600.0),
+        straggler_seconds=seconds(environ, _variables.STRAGGLER_SECONDS, DEFAULT_STRAGGLER_SECONDS),
         log_root=log_root(environ),
         keep_calls=int(_limit(environ, _variables.LOG_KEEP_CALLS, DEFAULT_KEEP_CALLS, whole=True)),
         keep_days=_limit(environ, _variables.LOG_KEEP_DAYS, DEFAULT_KEEP_DAYS, whole=False),

@@ -40,6 +40,10 @@ SNAPSHOT_SECONDS = "DATABRICKS_AIR_SNAPSHOT_SECONDS"
 STALL_SECONDS = "DATABRICKS_AIR_STALL_SECONDS"
 """Ranks waiting this long in a collective another rank has not reached get a warning (default 600; ``0``: never)."""
 
+STRAGGLER_SECONDS = "DATABRICKS_AIR_STRAGGLER_SECONDS"
+"""How often the straggler watch reads when each rank issued its collectives, to name a rank the others wait for
+(default 30; ``0``: never)."""
+
 PRELOAD = "DATABRICKS_AIR_PRELOAD"
 """Comma-separated modules the rank server imports once, so that ranks start with them loaded."""
 

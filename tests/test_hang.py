@@ -85,6 +85,21 @@ def mismatched(marks: str) -> None:
     time.sleep(120)
 
 
+def barrier_against_all_reduce(marks: str) -> None:
+    """Rank 0 all-reduces where rank 1 waits in a barrier: gloo waits in both, for ever."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)
+    _in_position(marks)
+    if dist.get_rank() == 0:
+        dist.all_reduce(tensor)
+    else:
+        dist.barrier()
+
+
 def raises_while_the_other_waits(marks: str) -> None:
     import torch
     import torch.distributed as dist
@@ -279,6 +294,31 @@ def test_a_stall_warns_once_and_the_call_goes_on(marks: Path, monkeypatch: pytes
     assert (Path(call.last_log_dir) / "stall_1" / "summary.txt").exists()
 
 
+def test_ranks_that_diverged_are_said_so_while_the_call_runs(marks: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "10")
+    call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(barrier_against_all_reduce)
+    said: List[float] = []
+
+    def warned() -> bool:
+        if len(list(marks.iterdir())) < 2 or not (Path(call.last_log_dir or "/") / "stall_1" / "summary.txt").exists():
+            return False
+        said.append(time.monotonic())
+        return True
+
+    in_position: List[float] = []  # _when acts half a second after the condition holds
+    _when(_both_in_position(marks), lambda: in_position.append(time.monotonic() - 0.5), limit=60)
+    _when(warned, _interrupt, limit=60)
+    with pytest.raises(KeyboardInterrupt):
+        call.distributed(str(marks))
+    err = capfd.readouterr().err
+    assert said and in_position and said[0] - in_position[0] < 20
+    assert ("looks stalled: ranks 0 and 1 have waited 1" in err and "s at collective #2 of the default group in "
+            "different collectives: rank 0 in all_reduce [[4]], rank 1 in barrier []. They diverged" in err), err
+    assert "The ranks diverged at collective #2 of the default group" in err
+    assert _ranks_gone(marks)
+
+
 def test_ranks_busy_outside_collectives_are_no_stall(marks: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1")
@@ -351,9 +391,11 @@ def probe_threads() -> List[str]:
     return [thread.name for thread in threading.enumerate() if thread.name == "databricks.air probe"]
 
 
-def test_with_the_snapshot_and_the_stall_watch_off_no_rank_runs_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_the_snapshot_and_both_watches_off_no_rank_runs_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     call = distributed(accelerator_type="CPU", num_accelerators=2)(probe_threads)
     assert call.distributed() == [["databricks.air probe"]] * 2
     monkeypatch.setenv("DATABRICKS_AIR_SNAPSHOT_SECONDS", "0")
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "0")
+    assert call.distributed() == [["databricks.air probe"]] * 2  # the straggler watch asks it too
+    monkeypatch.setenv("DATABRICKS_AIR_STRAGGLER_SECONDS", "0")
     assert call.distributed() == [[], []]

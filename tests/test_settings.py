@@ -17,7 +17,7 @@ def test_the_defaults(tmp_path: Path) -> None:
     assert (settings.keep_calls, settings.keep_days, settings.tracking, settings.system_metrics) == (50, 7.0, True, True)
     assert (settings.log_upload_seconds, settings.system_metrics_seconds) == (30.0, 10.0)
     assert settings.engine() == dict(show_all_ranks=False, start_method="fork", grace_period=3.0,
-                                     snapshot_seconds=5.0, stall_seconds=600.0)
+                                     snapshot_seconds=5.0, stall_seconds=600.0, straggler_seconds=30.0)
     assert settings.log_root == str(tmp_path / "logs")  # not made yet: a call makes it
 
 

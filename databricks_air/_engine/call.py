@@ -41,7 +41,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air._engine import snapshot, stall_watch, stop_report
+from databricks.air._engine import snapshot, stall_watch, stop_report, straggler_watch
 from databricks.air._engine.failures import results_or_error
 from databricks.air._engine.outcome import RankOutcome, RankRecord
 from databricks.air._engine.output import RankOutput, make_outputs
@@ -92,6 +92,11 @@ class Launch:
     """The budget of the snapshot taken before the ranks are stopped (``0``: none is taken)."""
     stall_seconds: float = stall_watch.DEFAULT_STALL_SECONDS
     """How long ranks may wait in a collective that another rank has not reached before a warning (``0``: never)."""
+    straggler_seconds: float = 0.0
+    """How often the straggler watch reads when each rank issued its collectives (``0``: never; see
+    :mod:`~databricks.air._engine.straggler_watch`)."""
+    on_stragglers: Optional[Callable[["straggler_watch.News"], None]] = None
+    """Called with each window of the straggler watch (its figures, a straggler named or ended)."""
     on_report: Optional[Callable[[StopReport], None]] = None
     """Called with each report written (a stall's, the stop's), to keep it elsewhere too (the MLflow run)."""
     gpus: Sequence[str] = ()
@@ -140,6 +145,8 @@ class Call(abc.ABC):
         self._stalls = stall_watch.StallWatch(launch.stall_seconds)
         self._stall_reports = 0
         self._next_stall_check = time.monotonic() + stall_watch.check_interval(launch.stall_seconds)
+        self.straggler_watch = straggler_watch.StragglerWatch(launch.straggler_seconds, launch.log_dir,
+                                                              launch.world_size, launch.on_stragglers)
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
 
@@ -181,6 +188,12 @@ class Call(abc.ABC):
     def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
         """How far each of ``ranks`` got in its collectives (``None``: it did not answer), cheaply, for the stall
         watch; by default, nothing is known."""
+        return {}
+
+    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+        """When each of ``ranks`` issued its collectives after ``since`` (per rank, the last sequence number seen per
+        group), for the straggler watch (``None``: it did not answer); by default, nothing is known."""
         return {}
 
     # --- the same for every call -------------------------------------------------------------------------------------
@@ -329,6 +342,7 @@ class Call(abc.ABC):
     def _receive(self, seconds: float) -> None:
         self.poll(seconds)
         self._watch_for_stalls()
+        self.straggler_watch.look_when_due(self)
         if self.supervisor is not None and any(
             not outcome.running and not outcome.succeeded for outcome in self.outcomes.values()
         ):

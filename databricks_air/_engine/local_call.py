@@ -253,6 +253,10 @@ class LocalCall(Call):
     def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
         return snapshot.ask_all_collectives([self._target(outcome) for outcome in ranks], timeout)
 
+    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+        return snapshot.ask_all_times([self._target(outcome) for outcome in ranks], since, timeout)
+
     def _target(self, outcome: RankOutcome) -> snapshot.ProbeTarget:
         assert self.files is not None
         rank = outcome.rank

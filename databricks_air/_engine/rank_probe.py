@@ -12,6 +12,8 @@ Installed in every rank before the user's function runs (:func:`install`), at a 
   socket: it answers with the position of every process group in its collectives (torch's flight recorder:
   ``pg_status`` and the entries not yet completed) and the stack of every thread with source lines. It needs the
   GIL, so a rank that holds it does not answer; the stack file still tells where it is.
+* **When it issued its collectives**, for the straggler watch: ``times {since}`` answers with the flight recorder's
+  issue time of every collective after ``since`` and the rank's wait for data (:mod:`.issue_times`).
 
 The caller side is :mod:`databricks.air._engine.snapshot`.
 """
@@ -31,20 +33,23 @@ import traceback
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from databricks.air import _variables
+from databricks.air._engine import issue_times
 
 STACK_SIGNAL = signal.SIGWINCH
 """The signal on which a rank writes its stacks (see the module docstring for why this one)."""
 
 STACK_FILE_HEADER = "# databricks.air: main thread {ident:#018x}\n"
 
-_REQUEST_BYTES = 64
+REQUEST_BYTES = 4096
+"""The most a request may hold (one read): ``times`` with the last sequence number seen per group."""
 _kept: List[Any] = []  # the open stack file and the server: alive as long as the rank
 
 
 def wanted(environ: Mapping[str, str]) -> bool:
-    """Whether the call (whose variables are ``environ``) may look at its ranks: not when both the snapshot and the
-    stall watch are turned off (``0``)."""
-    return not all(_zero(environ.get(name, "")) for name in (_variables.SNAPSHOT_SECONDS, _variables.STALL_SECONDS))
+    """Whether the call (whose variables are ``environ``) may look at its ranks: not when the snapshot, the stall
+    watch and the straggler watch are all turned off (``0``)."""
+    return not all(_zero(environ.get(name, "")) for name in
+                   (_variables.SNAPSHOT_SECONDS, _variables.STALL_SECONDS, _variables.STRAGGLER_SECONDS))
 
 
 def _zero(value: str) -> bool:
@@ -104,14 +109,17 @@ def _serve(server: socket.socket) -> None:
             return
         with connection:
             try:
-                request = connection.recv(_REQUEST_BYTES).decode(errors="replace").strip()
+                request = connection.recv(REQUEST_BYTES).decode(errors="replace").strip()
                 connection.sendall(json.dumps(answer(request)).encode())
             except OSError:
                 pass  # the caller gave up waiting
 
 
 def answer(request: str) -> Dict[str, Any]:
-    """The probe's answer: ``collectives`` always; ``threads`` too unless ``request`` is ``"collectives"``."""
+    """The probe's answer: ``collectives`` always; ``threads`` too unless ``request`` is ``"collectives"``; for
+    ``times {since}``, only when each collective after ``since`` was issued (:mod:`.issue_times`)."""
+    if request.startswith("times"):
+        return {"time": time.time(), **issue_times.read(issue_times.parse_request(request[len("times"):]))}
     reply: Dict[str, Any] = {"time": time.time(), "collectives": collective_positions()}
     if request != "collectives":
         reply["threads"] = thread_stacks()

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from databricks.air._engine import rank_probe
+from databricks.air._engine import issue_times, rank_probe
 from databricks.air._engine.rank_probe import STACK_SIGNAL
 
 DEFAULT_BUDGET = 5.0
@@ -197,6 +197,22 @@ def ask_collectives(target: ProbeTarget, timeout: float) -> Optional[List[GroupP
     """Only the collectives of one rank (cheap: no stacks), or ``None`` when its probe does not answer."""
     reply = _ask_probe(target.socket_path, "collectives", time.monotonic() + timeout, {})
     return None if reply is None else parse_groups(reply.get("collectives") or {}, {})
+
+
+def ask_all_times(targets: Sequence[ProbeTarget], since: Dict[int, Dict[str, int]], timeout: float
+                  ) -> Dict[int, Optional[Dict[str, Any]]]:
+    """:func:`ask_times` of every target, in parallel, by rank (``None`` for a rank that did not answer)."""
+    answers = _in_parallel(targets, lambda target: ask_times(target, since.get(target.rank, {}), timeout),
+                           time.monotonic() + timeout + 1, "air-probe")
+    return {target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
+            for target in targets}
+
+
+def ask_times(target: ProbeTarget, since: Dict[str, int], timeout: float) -> Optional[Dict[str, Any]]:
+    """When one rank issued each collective after ``since`` (per group), and its wait for data
+    (:mod:`~databricks.air._engine.issue_times`), or ``None`` when its probe does not answer."""
+    request = issue_times.since_request(since, rank_probe.REQUEST_BYTES)
+    return _ask_probe(target.socket_path, request, time.monotonic() + timeout, {})
 
 
 class _Ended(Exception):

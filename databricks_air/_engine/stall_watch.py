@@ -5,6 +5,10 @@ at least ``stall_seconds`` while another rank has not reached it: that rank issu
 has not created the group, did not answer (it may hold the GIL), or has ended. Work outside collectives is never a
 stall, however long it takes: a checkpoint write or a data load on every rank, or ranks that all wait in the same
 collective (nothing says which one is late). Each stall is reported once; the call goes on.
+
+Ranks that have all waited that long at the same collective number of a group, but in different collectives (rank 0
+in ``all_reduce`` #2, rank 1 in ``barrier`` #2) or with different shapes, **diverged**: no rank is behind, and the
+collective never completes. That is a stall too, said as such.
 """
 
 from __future__ import annotations
@@ -43,8 +47,17 @@ class Stall:
     behind: Tuple[int, ...]
     waited: float
     """Seconds the longest-waiting rank has been in the collective."""
+    diverged: Tuple[Tuple[int, str], ...] = ()
+    """For ranks that diverged: each waiting rank and the collective it waits in (``all_reduce [[4]]``)."""
 
     def describe(self) -> str:
+        if self.diverged:
+            where = ", ".join(f"rank {rank} in {what}" for rank, what in self.diverged)
+            return (
+                f"{_ranks(self.waiting)} have waited {self.waited:.0f} s at collective #{self.seq} of {self.label} in "
+                f"different collectives: {where}. They diverged: every rank must issue the same collectives, with "
+                "the same shapes, in the same order"
+            )
         return (
             f"{_ranks(self.waiting)} {'has' if len(self.waiting) == 1 else 'have'} waited {self.waited:.0f} s in "
             f"{self.op} #{self.seq} of {self.label}, which {_ranks(self.behind)} "
@@ -68,12 +81,16 @@ class StallWatch:
         if not self.enabled:
             return None
         waiting: Dict[Tuple[str, int], List[Tuple[int, GroupPosition, float]]] = {}
+        kinds: Dict[Tuple[str, int], Dict[int, str]] = {}
         for position in positions:
             for group in position.groups or ():
                 collective = group.pending
                 if collective is not None:
                     waiting.setdefault((group.group, collective.seq), []).append(
                         (position.rank, group, collective.since)
+                    )
+                    kinds.setdefault((group.group, collective.seq), {})[position.rank] = (
+                        f"{collective.op} {collective.sizes}"
                     )
         for (group_id, seq), waiters in sorted(waiting.items()):
             if (group_id, seq) in self._reported:
@@ -82,6 +99,12 @@ class StallWatch:
             if longest < self.stall_seconds:
                 continue
             waiting_ranks = {rank for rank, _, _ in waiters}
+            seen = kinds[(group_id, seq)]
+            if len(set(seen.values())) > 1 and now - max(since for _, _, since in waiters) >= self.stall_seconds:
+                self._reported.add((group_id, seq))
+                group = waiters[0][1]
+                return Stall(group_id, group.label, seq, "", tuple(sorted(waiting_ranks)), (), longest,
+                             diverged=tuple(sorted(seen.items())))
             behind = tuple(
                 position.rank
                 for position in positions

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional
 
 from databricks.air import _variables
 from databricks.air._switches import switched_off
+from databricks.air.data import waiting
 
 Sink = Callable[[Dict[str, float], int], None]
 
@@ -75,6 +76,7 @@ class BatchTimer:
     def delivered(self, started: float) -> None:
         now = time.perf_counter()
         self._fetch.append(now - started)
+        waiting.add(now - started)  # for the launcher's straggler watch
         self._last_return = now
         self.step += 1
         if time.monotonic() - self._window_start >= self.interval:
