@@ -24,7 +24,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
-from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
+import functools
+import re
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import libcst
 from libcst.metadata import (
@@ -46,6 +48,11 @@ from air_migrate.statements import split_statements
 from air_migrate.todo_markers import MarkerInserter, add_markers
 
 
+_CHECKED_WHOLE = 64 * 1024
+"""Characters of a cell's new text up to which it is checked whole (Python's parser takes a fraction of a
+millisecond per kilobyte); a longer cell parsed in part has only its changed statements checked."""
+
+
 @dataclasses.dataclass
 class CellOutcome:
     """What running the rules over a cell gave."""
@@ -59,6 +66,9 @@ class CellOutcome:
     lasting: Dict[libcst.CSTNode, List[Finding]] = dataclasses.field(default_factory=dict)
     """Statement of :attr:`module` (unchanged, unmarked) -> its items whose reason a write of the file takes away
     (:attr:`~air_migrate.rule_base.Finding.lasting`): marked when the file changes (:meth:`PreparedCell.mark`)."""
+    changed: bool = True
+    """A rule changed something, or a marker was added: else :attr:`module` prints as the cell was read. (Every
+    change is reported: a rule that rewrites a node says so.)"""
 
 
 def prepare_cell(
@@ -171,7 +181,8 @@ class PreparedCell:
         suppression comment hides gets no TODO marker."""
         traversal = _Traversal(self, todo_comments, suppressed)
         module = self.module.visit(traversal)
-        return CellOutcome(module, list(self.findings), traversal.marks, traversal.lasting)
+        changed = traversal.marked or any(not (finding.attention or finding.info) for finding in self.findings)
+        return CellOutcome(module, list(self.findings), traversal.marks, traversal.lasting, changed)
 
     def mark_lasting(self, outcome: CellOutcome) -> libcst.Module:
         """The transformed cell with the markers of its lasting items too, for a file that changes."""
@@ -183,21 +194,24 @@ class PreparedCell:
         """The cell as read, with only the TODO markers of ``marks`` added."""
         return self.module.visit(MarkerInserter(marks, self.newline))
 
-    def new_text(self, module: libcst.Module, before: str) -> Optional[str]:
+    def new_text(self, module: libcst.Module, before: str, changed: bool = True) -> Optional[str]:
         """The cell's text in ``module`` (this cell transformed; ``before`` is its text as read), or ``None`` when
-        it would not parse (a rule's bug: never write it). Only what changed is parsed again: the statements that
-        are not as read, or the whole text when the cell was parsed whole."""
+        it would not parse (a rule's bug: never write it). ``changed=False``: no rule changed anything (the module
+        is not printed again). The new text is checked with Python's own parser: whole, or, for a long cell parsed
+        in part, only the statements that are not as read."""
+        if not changed:
+            return before
         code = module.code
         if not code.startswith(self.prefix):
             return None
         text = code[len(self.prefix):]
         if text == before:
             return text
-        check = changed_statements(module, self.partial.originals) if self.partial is not None else text
+        long = self.partial is not None and len(text) > _CHECKED_WHOLE
+        check = changed_statements(module, self.partial.originals) if long else text  # type: ignore[union-attr]
         try:
-            libcst.parse_module(check)
             ast.parse(check)
-        except (libcst.ParserSyntaxError, SyntaxError, ValueError):
+        except (SyntaxError, ValueError):
             return None
         return text
 
@@ -364,8 +378,9 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
     positions computed over the whole cell. A report rarely needs more than a few statements' positions,
     and the whole cell's cost as much as parsing it.
 
-    Within a statement, positions are computed only as far as the node asked for (most reports are in a
-    decorator, above a long body); after a few such partial passes over one statement it is done whole."""
+    Within a statement, positions are computed only as far as the decorator or line that holds the node asked for
+    (most reports are in a decorator, above a long body); after a few such partial passes over one statement it is
+    done whole."""
 
     _PARTIAL_PASSES = 2
 
@@ -406,12 +421,23 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
             found = self._computed[statement] = _Shifted({}, self._starts[statement])
         if node not in found and not found.complete:
             alone = self._module.with_changes(header=(), body=[statement], footer=())
-            if found.passes < self._PARTIAL_PASSES and _positions_until(alone, node, found.positions):
+            if found.passes < self._PARTIAL_PASSES and _positions_until(alone, self._stop(node), found.positions) \
+                    and node in found.positions:
                 found.passes += 1
             else:
                 found.positions.update(_positions(alone))
                 found.complete = True
         return found if node in found else None
+
+    def _stop(self, node: libcst.CSTNode) -> libcst.CSTNode:
+        """Where a partial pass for ``node`` stops: after the decorator or the line being traversed that holds it,
+        so that one pass serves every report in it (``gpus=``, ``gpu_type=`` and the type of one decorator), else
+        after ``node`` itself."""
+        for index, ancestor in enumerate(self._ancestors[2:], start=2):
+            if isinstance(ancestor, (libcst.Decorator, libcst.SimpleStatementLine)):
+                above = any(each is node for each in self._ancestors[:index])
+                return node if above else ancestor
+        return node
 
     def _all(self) -> Mapping:  # type: ignore[type-arg]
         if self._whole is None:
@@ -533,6 +559,49 @@ def _holds_any(codes: Mapping[libcst.CSTNode, str], statement: libcst.CSTNode, w
     return any(word in text for word in words)
 
 
+_ATTRIBUTE_METHOD = re.compile(r"^(?:visit|leave)_[A-Z][A-Za-z]*_[a-z_]+$")
+_METHODS: Dict[Tuple[type, type], Tuple[Optional[str], Optional[str]]] = {}
+"""(rule class, node class) -> the names of the rule's ``visit_<Node>`` and ``leave_<Node>`` methods, if it has them."""
+
+
+@functools.lru_cache(maxsize=None)
+def _has_attribute_methods(kind: type) -> bool:
+    return any(_ATTRIBUTE_METHOD.match(name) for name in dir(kind))
+
+
+class _Dispatch:
+    """A rule's ``on_visit``/``on_leave`` as libcst's own transformer does them (``visit_<Node>``, ``leave_<Node>``),
+    with the method names looked up once per node class instead of formatted and looked up at every node of every
+    cell; a rule that overrides ``on_visit`` or ``on_leave`` is called through its own."""
+
+    def __init__(self, rule: Rule) -> None:
+        self._rule = rule
+        kind = type(rule)
+        self._own_visit = kind.on_visit is not libcst.CSTTransformer.on_visit
+        self._own_leave = kind.on_leave is not libcst.CSTTransformer.on_leave
+
+    def _methods(self, node: libcst.CSTNode) -> Tuple[Optional[str], Optional[str]]:
+        key = (type(self._rule), type(node))
+        found = _METHODS.get(key)
+        if found is None:
+            name = type(node).__name__
+            found = _METHODS[key] = tuple(  # type: ignore[assignment]
+                method if hasattr(self._rule, method) else None for method in (f"visit_{name}", f"leave_{name}"))
+        return found  # type: ignore[return-value]
+
+    def visit(self, node: libcst.CSTNode) -> bool:
+        if self._own_visit:
+            return self._rule.on_visit(node)
+        method = self._methods(node)[0]
+        return method is None or getattr(self._rule, method)(node) is not False
+
+    def leave(self, original: libcst.CSTNode, updated: libcst.CSTNode):  # type: ignore[no-untyped-def]
+        if self._own_leave:
+            return self._rule.on_leave(original, updated)
+        method = self._methods(original)[1]
+        return updated if method is None else getattr(self._rule, method)(original, updated)
+
+
 class _Traversal(libcst.CSTTransformer):
     """Dispatches each node to every rule in turn, and claims findings for the statements that hold them."""
 
@@ -551,6 +620,11 @@ class _Traversal(libcst.CSTTransformer):
         self._passed: set = set()  # nested statements not traversed
         self.marks: Dict[libcst.CSTNode, List[Finding]] = {}
         self.lasting: Dict[libcst.CSTNode, List[Finding]] = {}
+        self.marked = False
+        """A marker was added above a statement."""
+        self._attributes = any(_has_attribute_methods(type(rule)) for rule in self._rules)
+        """Some rule has a ``visit_<Node>_<attribute>`` method (none does: the calls per attribute are skipped)."""
+        self._visitors = [_Dispatch(rule) for rule in self._rules]
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
         if node in self._skipped:
@@ -564,7 +638,7 @@ class _Traversal(libcst.CSTTransformer):
             self._statement_starts.append(len(self._cell.findings))
         self._cell.ancestors.append(node)
         # Children are visited unless every rule declines them (a rule declining alone still sees them).
-        wanted = [rule.on_visit(node) for rule in self._rules]
+        wanted = [visitor.visit(node) for visitor in self._visitors]
         return any(wanted) or not wanted
 
     def on_leave(
@@ -573,8 +647,8 @@ class _Traversal(libcst.CSTTransformer):
         if original_node in self._skipped or original_node in self._passed:
             return updated_node
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
-        for rule in self._rules:
-            result = rule.on_leave(original_node, result)  # type: ignore[arg-type]
+        for visitor in self._visitors:
+            result = visitor.leave(original_node, result)  # type: ignore[arg-type]
             if type(result) is not type(original_node):
                 break
         self._cell.ancestors.pop()
@@ -583,12 +657,14 @@ class _Traversal(libcst.CSTTransformer):
         return result
 
     def on_visit_attribute(self, node: libcst.CSTNode, attribute: str) -> None:
-        for rule in self._rules:
-            rule.on_visit_attribute(node, attribute)
+        if self._attributes:
+            for rule in self._rules:
+                rule.on_visit_attribute(node, attribute)
 
     def on_leave_attribute(self, original_node: libcst.CSTNode, attribute: str) -> None:
-        for rule in self._rules:
-            rule.on_leave_attribute(original_node, attribute)
+        if self._attributes:
+            for rule in self._rules:
+                rule.on_leave_attribute(original_node, attribute)
 
     def _claim(self, original: libcst.CSTNode, result):  # type: ignore[no-untyped-def]
         """The innermost statement around an item for a person is the one its marker goes above."""
@@ -609,7 +685,9 @@ class _Traversal(libcst.CSTTransformer):
         if (self._todo or changed) and isinstance(result, STATEMENTS):
             module = self._cell.module
             header = module.header if module.body and original is module.body[0] else ()
-            result = add_markers(result, self.marks[original], header, self._cell.newline)
+            marked = add_markers(result, self.marks[original], header, self._cell.newline)
+            self.marked = self.marked or marked is not result
+            result = marked
         elif isinstance(result, STATEMENTS) and any(finding.lasting for _, finding in findings):
             self.lasting[result] = self.marks[original]  # marked if the file changes (see CellOutcome.lasting)
         return result

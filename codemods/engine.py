@@ -13,7 +13,7 @@ The driver knows nothing of individual rules. For one file it:
    (:mod:`air_migrate.syntax_errors` says why, in Python's words);
 4. lets every rule survey every parsed cell, then runs all rules over each cell in one traversal, so positions are
    those of the input (:mod:`air_migrate.cell_pass`);
-5. checks that every changed cell still parses (libcst and :mod:`ast`) and renders the file.
+5. checks that every changed cell still parses (Python's own parser, :mod:`ast`) and renders the file.
 
 By default a file with a blocking finding keeps its code as it is, since half a migration breaks on both runtimes
 (``partial=True`` writes what could be converted). ``todo_comments=True`` puts a ``# TODO(air-migrate AMxxx): ...``
@@ -255,13 +255,16 @@ def _new_text(unit: _ParsedCell, apply_changes: bool, todo_comments: bool, chang
     ``changes``: the file is written with changes, which take away the reason of its lasting items (they are
     marked then)."""
     assert unit.outcome is not None
+    changed = True
     if apply_changes:
-        module = unit.prepared.mark_lasting(unit.outcome) if changes else unit.outcome.module
+        lasting = changes and bool(unit.outcome.lasting)
+        module = unit.prepared.mark_lasting(unit.outcome) if lasting else unit.outcome.module
+        changed = unit.outcome.changed or lasting
     elif todo_comments and unit.outcome.marks:
         module = unit.prepared.markers_only(unit.outcome.marks)
     else:
         return unit.cell.text
-    return unit.prepared.new_text(module, unit.cell.text or "")
+    return unit.prepared.new_text(module, unit.cell.text or "", changed)
 
 
 def _internal_error(result: FileResult, cell: int) -> FileResult:

@@ -7,7 +7,6 @@ of the paths given, with each file's records sorted by position, so the output o
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 from typing import Iterator, Optional, Sequence, Tuple, Type
@@ -66,6 +65,8 @@ def migrate_paths(paths: Sequence[str], options: Options, jobs: int = 1) -> Iter
         return
     # Small chunks keep the workers busy to the end; not too small, each one is a round trip.
     chunk = max(1, min(16, len(paths) // (workers * 8)))
+    import concurrent.futures  # (only with -j: start-up counts for a command run on one notebook)
+
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
         yield from pool.map(migrate_path, paths, [options] * len(paths), chunksize=chunk)
 

@@ -17,16 +17,11 @@ value of the wrong type or an unknown rule code is an error that names the file,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import sys
 from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project supports Python 3.10, whose standard library has no TOML reader
-    import tomli as tomllib
 
 FILE_NAME = "pyproject.toml"
 TABLE = "air-migrate"
@@ -131,6 +126,11 @@ def find_config(start: str) -> Optional[Tuple[str, Mapping[str, Any]]]:
 
 
 def _table(path: str) -> Optional[Mapping[str, Any]]:
+    # Imported here: most runs find no pyproject.toml, and start-up counts for a command run on one notebook.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - the project supports Python 3.10, whose standard library has no TOML reader
+        import tomli as tomllib
     try:
         with open(path, "rb") as stream:
             document = tomllib.load(stream)
@@ -155,6 +155,8 @@ def read_table(path: str, table: Mapping[str, Any], rule_codes: Collection[str])
     values: Dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
+            import difflib  # (only for a key the table does not know)
+
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{path}: [tool.{TABLE}] has an unknown key {key!r}{hint}; the keys are "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from typing import AbstractSet, Iterable, Sequence
 
 
@@ -32,6 +31,8 @@ def write_atomically(path: str, data: bytes, expected: bytes) -> None:
 
 
 def _replace(target: str, data: bytes, mode: int) -> None:
+    import tempfile  # (only when a file is written: --check and --diff never need it)
+
     directory = os.path.dirname(target) or "."
     try:
         handle, temporary = tempfile.mkstemp(prefix=".air-migrate-", dir=directory)

@@ -29,7 +29,7 @@ from typing import Collection, Optional, Set, Tuple, Union
 
 import libcst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
+from libcst.metadata import ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import CellContext, Rule, register
 from air_migrate.rules.guards import is_guard
@@ -80,14 +80,13 @@ class ImportsRule(Rule):
         "serverless_gpu imports become databricks.air imports, aliases kept (safe; import * flagged for review; "
         "guarded and dynamic imports reported)"
     )
-    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider)
+    METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__(context)
         self._new_imports: Set[Tuple[str, Optional[str]]] = set()
         self._import_depth = 0
         self._reported_strings: Set[libcst.SimpleString] = set()
-        self._guarded_imports: Optional[Set[libcst.CSTNode]] = None
 
     # --- what the cell already imports from databricks.air -------------------------------------------------------
 
@@ -251,40 +250,14 @@ class ImportsRule(Rule):
         return None
 
     def _guarded(self, node: libcst.CSTNode) -> bool:
-        """Under ``try``, or an ``if`` that chooses between the packages: the import may be a fallback the author
-        wants to keep (:mod:`air_migrate.rules.guards`)."""
-        if self._guarded_imports is None:
-            finder = _GuardedImports()
-            self.module.visit(finder)
-            self._guarded_imports = finder.found
-        return node in self._guarded_imports
-
-
-class _GuardedImports(libcst.CSTVisitor):
-    """The imports under a ``try``, or an ``if`` that chooses between the packages (of their own function or class:
-    :func:`~air_migrate.rules.guards.is_guard`), found by walking statements only."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: Set[libcst.CSTNode] = set()
-        self._depths = [0]
-
-    def on_visit(self, node: libcst.CSTNode) -> bool:
-        if isinstance(node, (libcst.Import, libcst.ImportFrom)):
-            if self._depths[-1]:
-                self.found.add(node)
-            return False
-        if isinstance(node, libcst.BaseExpression):
-            return False  # expressions hold no statements
-        if isinstance(node, (libcst.FunctionDef, libcst.ClassDef)):
-            self._depths.append(0)
-        elif isinstance(node, (libcst.Try, libcst.TryStar, libcst.If)):
-            self._depths.append(self._depths[-1] + (1 if is_guard(node) else 0))
-        return True
-
-    def on_leave(self, original_node: libcst.CSTNode) -> None:
-        if isinstance(original_node, (libcst.FunctionDef, libcst.ClassDef, libcst.Try, libcst.TryStar, libcst.If)):
-            self._depths.pop()
+        """Under ``try``, or an ``if`` that chooses between the packages (in its own function or class): the import
+        may be a fallback the author wants to keep (:mod:`air_migrate.rules.guards`)."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None and not isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
+            if is_guard(parent, self.statement_code):
+                return True
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        return False
 
 
 def _top_level_alias_problem(dotted: Optional[str], asname: Optional[libcst.AsName]) -> Optional[str]:

@@ -305,7 +305,7 @@ class GpuTypeMembersRule(Rule):
     def _guarded(self, node: libcst.CSTNode) -> bool:
         parent = self._parent(node)
         while parent is not None and not isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
-            if is_guard(parent):
+            if is_guard(parent, self.statement_code):
                 return True
             parent = self._parent(parent)
         return False

@@ -12,6 +12,7 @@ whichever branch runs.
 from __future__ import annotations
 
 import re
+from typing import Callable, Optional
 
 import libcst
 from libcst.helpers import get_full_name_for_node
@@ -21,13 +22,22 @@ _LOOKS_UP_A_MODULE = re.compile(r"find_spec|find_loader|import_module|__import__
                                 r"databricks|ImportError|ModuleNotFoundError")
 
 
-def is_guard(node: libcst.CSTNode) -> bool:
-    """``node`` is a ``try`` (``try*``), or an ``if`` that chooses between ``serverless_gpu`` and ``databricks.air``."""
+_IMPORTS_NEW_PACKAGE = re.compile(r"^[ \t]*(?:from[ \t]+databricks\.air\b|import[ \t]+(?:[\w.]+[ \t]*,[ \t]*)*"
+                                  r"databricks\.air\b)", re.MULTILINE)
+
+
+def is_guard(node: libcst.CSTNode, code: Optional[Callable[[libcst.CSTNode], str]] = None) -> bool:
+    """``node`` is a ``try`` (``try*``), or an ``if`` that chooses between ``serverless_gpu`` and ``databricks.air``.
+    ``code`` gives a statement's code when the caller has it at hand (:meth:`Rule.statement_code`)."""
     if isinstance(node, (libcst.Try, libcst.TryStar)):
         return True
     if isinstance(node, libcst.If):
         test = libcst.Module(body=()).code_for_node(node.test)
-        return _LOOKS_UP_A_MODULE.search(test) is not None or _imports_new_package(node)
+        if _LOOKS_UP_A_MODULE.search(test) is not None:
+            return True
+        if code is not None and not _IMPORTS_NEW_PACKAGE.search(code(node)):
+            return False  # (the cheap answer: no line of it imports databricks.air)
+        return _imports_new_package(node)
     return False
 
 

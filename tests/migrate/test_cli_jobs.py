@@ -90,8 +90,6 @@ def test_jobs_start_a_pool_of_that_many_processes_and_0_means_one_per_cpu(
     import concurrent.futures
     import os
 
-    from air_migrate import runner
-
     started: List[int] = []
 
     class CountingPool(concurrent.futures.ProcessPoolExecutor):
@@ -99,7 +97,7 @@ def test_jobs_start_a_pool_of_that_many_processes_and_0_means_one_per_cpu(
             started.append(max_workers)
             super().__init__(max_workers=max_workers)
 
-    monkeypatch.setattr(runner.concurrent.futures, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", CountingPool)
     write_tree(tmp_path, {f"f{index}.py": SCRIPT for index in range(6)})
     for jobs in ("1", "2", "0", "50"):
         main(["--check", "-j", jobs, str(tmp_path)])
