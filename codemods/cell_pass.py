@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import re
-from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst
 from libcst.metadata import (
@@ -560,46 +560,22 @@ def _holds_any(codes: Mapping[libcst.CSTNode, str], statement: libcst.CSTNode, w
 
 
 _ATTRIBUTE_METHOD = re.compile(r"^(?:visit|leave)_[A-Z][A-Za-z]*_[a-z_]+$")
-_METHODS: Dict[Tuple[type, type], Tuple[Optional[str], Optional[str]]] = {}
-"""(rule class, node class) -> the names of the rule's ``visit_<Node>`` and ``leave_<Node>`` methods, if it has them."""
-
-
 @functools.lru_cache(maxsize=None)
 def _has_attribute_methods(kind: type) -> bool:
     return any(_ATTRIBUTE_METHOD.match(name) for name in dir(kind))
 
 
-class _Dispatch:
-    """A rule's ``on_visit``/``on_leave`` as libcst's own transformer does them (``visit_<Node>``, ``leave_<Node>``),
-    with the method names looked up once per node class instead of formatted and looked up at every node of every
-    cell; a rule that overrides ``on_visit`` or ``on_leave`` is called through its own."""
-
-    def __init__(self, rule: Rule) -> None:
-        self._rule = rule
-        kind = type(rule)
-        self._own_visit = kind.on_visit is not libcst.CSTTransformer.on_visit
-        self._own_leave = kind.on_leave is not libcst.CSTTransformer.on_leave
-
-    def _methods(self, node: libcst.CSTNode) -> Tuple[Optional[str], Optional[str]]:
-        key = (type(self._rule), type(node))
-        found = _METHODS.get(key)
-        if found is None:
-            name = type(node).__name__
-            found = _METHODS[key] = tuple(  # type: ignore[assignment]
-                method if hasattr(self._rule, method) else None for method in (f"visit_{name}", f"leave_{name}"))
-        return found  # type: ignore[return-value]
-
-    def visit(self, node: libcst.CSTNode) -> bool:
-        if self._own_visit:
-            return self._rule.on_visit(node)
-        method = self._methods(node)[0]
-        return method is None or getattr(self._rule, method)(node) is not False
-
-    def leave(self, original: libcst.CSTNode, updated: libcst.CSTNode):  # type: ignore[no-untyped-def]
-        if self._own_leave:
-            return self._rule.on_leave(original, updated)
-        method = self._methods(original)[1]
-        return updated if method is None else getattr(self._rule, method)(original, updated)
+def _methods_for(rules: Sequence[Rule], kind: type, what: str) -> List[Callable[..., object]]:
+    """The rules' methods for nodes of class ``kind``, in rule order: ``visit_<Node>`` (``what="visit"``) or
+    ``leave_<Node>``, as libcst's own transformer calls them, or the rule's own ``on_visit``/``on_leave`` where it
+    overrides it. Looked up once per node class and traversal, not formatted and looked up at every node."""
+    found = []
+    for rule in rules:
+        own = getattr(type(rule), f"on_{what}") is not getattr(libcst.CSTTransformer, f"on_{what}")
+        method = getattr(rule, f"on_{what}") if own else getattr(rule, f"{what}_{kind.__name__}", None)
+        if method is not None:
+            found.append(method)
+    return found
 
 
 class _Traversal(libcst.CSTTransformer):
@@ -624,7 +600,9 @@ class _Traversal(libcst.CSTTransformer):
         """A marker was added above a statement."""
         self._attributes = any(_has_attribute_methods(type(rule)) for rule in self._rules)
         """Some rule has a ``visit_<Node>_<attribute>`` method (none does: the calls per attribute are skipped)."""
-        self._visitors = [_Dispatch(rule) for rule in self._rules]
+        self._visits: Dict[type, List[Callable[[libcst.CSTNode], object]]] = {}
+        self._leaves: Dict[type, List[Callable[[libcst.CSTNode, libcst.CSTNode], object]]] = {}
+        """Per node class, the rules' methods for it, in rule order (most node classes have none)."""
 
     def on_visit(self, node: libcst.CSTNode) -> bool:
         if node in self._skipped:
@@ -637,9 +615,12 @@ class _Traversal(libcst.CSTTransformer):
                 return False
             self._statement_starts.append(len(self._cell.findings))
         self._cell.ancestors.append(node)
-        # Children are visited unless every rule declines them (a rule declining alone still sees them).
-        wanted = [visitor.visit(node) for visitor in self._visitors]
-        return any(wanted) or not wanted
+        visits = self._visits.get(type(node))
+        if visits is None:
+            visits = self._visits[type(node)] = _methods_for(self._rules, type(node), "visit")  # type: ignore
+        # Children are visited unless every rule declines them (a rule declining alone still sees them): a rule
+        # without a visit_<Node> method wants them.
+        return len(visits) < len(self._rules) or any([visit(node) is not False for visit in visits])
 
     def on_leave(
         self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
@@ -647,8 +628,12 @@ class _Traversal(libcst.CSTTransformer):
         if original_node in self._skipped or original_node in self._passed:
             return updated_node
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
-        for visitor in self._visitors:
-            result = visitor.leave(original_node, result)  # type: ignore[arg-type]
+        leaves = self._leaves.get(type(original_node))
+        if leaves is None:
+            leaves = self._leaves[type(original_node)] = _methods_for(self._rules, type(original_node),  # type: ignore
+                                                                      "leave")
+        for leave in leaves:
+            result = leave(original_node, result)  # type: ignore[arg-type, assignment]
             if type(result) is not type(original_node):
                 break
         self._cell.ancestors.pop()

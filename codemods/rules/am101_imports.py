@@ -87,6 +87,7 @@ class ImportsRule(Rule):
         self._new_imports: Set[Tuple[str, Optional[str]]] = set()
         self._import_depth = 0
         self._reported_strings: Set[libcst.SimpleString] = set()
+        self._top_level: Optional[Set[libcst.CSTNode]] = None
 
     # --- what the cell already imports from databricks.air -------------------------------------------------------
 
@@ -252,6 +253,11 @@ class ImportsRule(Rule):
     def _guarded(self, node: libcst.CSTNode) -> bool:
         """Under ``try``, or an ``if`` that chooses between the packages (in its own function or class): the import
         may be a fallback the author wants to keep (:mod:`air_migrate.rules.guards`)."""
+        if self._top_level is None:
+            self._top_level = {small for statement in self.module.body
+                               if isinstance(statement, libcst.SimpleStatementLine) for small in statement.body}
+        if node in self._top_level:
+            return False  # a statement of the module's own (most imports): nothing around it (and no walk up)
         parent = self.get_metadata(ParentNodeProvider, node, None)
         while parent is not None and not isinstance(parent, (libcst.FunctionDef, libcst.ClassDef, libcst.Module)):
             if is_guard(parent, self.statement_code):
