@@ -10,7 +10,8 @@ the statements that matter. The words a rule asks for may depend on the text it 
 ``serverless_gpu``), so the choice is repeated on what it selects until the words stop growing.
 
 Nothing is skipped unchecked: the statements left as text are checked with :mod:`ast` (Python's own parser, in
-batches, which costs little memory), and the module put together must print as the text it came from. Whenever a
+batches, which costs little memory), and the module put together must print as the text it came from (a cell whose
+every statement is parsed is libcst's parse of that text, which prints it back byte for byte). Whenever a
 step does not hold (a rule that must see everything, a text the scan cannot follow, a syntax error anywhere), the
 caller parses the whole text instead, as before.
 """
@@ -87,7 +88,9 @@ def parse_partly(prefix: Sequence[str], chunks: Sequence[str], words_for: WordsF
     if not _parses(chunks, set(kept)):
         return None
     module = _assemble(libcst.parse_module(parsed_text), len(prefix_kept), chunks, set(kept))
-    if module is None or module.code != "".join(prefix[index] for index in prefix_kept) + "".join(chunks):
+    whole = "".join(prefix[index] for index in prefix_kept) + "".join(chunks)
+    # Every statement parsed: the module is the parse of the text itself, which libcst prints back byte for byte.
+    if module is None or (len(kept) < len(chunks) and module.code != whole):
         return None
     originals = frozenset([prefix[index] for index in prefix_kept] + [chunks[index] for index in kept])
     return PartialParse(module, prefix_kept, parsed_text, originals, _codes(module, [prefix[i] for i in prefix_kept],
@@ -141,14 +144,16 @@ def _assemble(parsed: libcst.Module, prefix_count: int, chunks: Sequence[str], k
     body: List[libcst.BaseStatement] = list(parsed.body[:prefix_count])
     statements = iter(parsed.body[prefix_count:])
     header = parsed.header
+    first = True
     for index, chunk in enumerate(chunks):
         if index not in kept:
             body.append(RawStatement(chunk))
             continue
         statement = next(statements)
-        if header and not prefix_count and body:  # the lines above it are its own, not the module's header
+        if first and header and not prefix_count and body:  # text comes before it: the lines above it are its own
             statement = statement.with_changes(leading_lines=[*header, *statement.leading_lines])
             header = ()
+        first = False
         body.append(statement)
     last_kept = len(chunks) - 1 in kept
     if parsed.footer and not last_kept:
