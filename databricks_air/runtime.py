@@ -120,8 +120,8 @@ def get_node_rank() -> int:
 
 def get_restart_count() -> int:
     """How many times this call's ranks were started again after a failure (``TORCHELASTIC_RESTART_COUNT``, as
-    torchrun sets it; 0 in the first attempt and when unset). Not part of the reference: on Databricks a call is
-    never restarted, and this is 0 there.
+    torchrun sets it; 0 in the first attempt and when unset). Ours, not the reference's: code that must also run on
+    Databricks reads ``int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))`` instead.
 
     Raises:
         RuntimeConfigurationError: ``TORCHELASTIC_RESTART_COUNT`` is not an integer.
