@@ -138,8 +138,12 @@ class PreparedCell:
         for rule in self.rules:
             rule.statement_codes = self.codes
         self._wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours: no copy needed
-        self.words = _words(self.rules)
+        asked = [rule.statement_words() for rule in self.rules]
+        self.words = None if any(words is None for words in asked) else frozenset().union(*asked)  # type: ignore
         """What the rules ask a top-level statement to hold (``None``: every statement is traversed)."""
+        self.traversing = [rule for rule, words in zip(self.rules, asked) if words is None or words]
+        """The rules that may change or report something in some statement of the cell: one that asks for no word
+        (``TorchDistributor``'s rules in a file without it) has nothing to do in the traversal."""
         own = module.body[len(self.context.prefix):]
         if partial is not None:  # what was parsed holds those words; the rest is text
             self.skipped = self.skipped | {s for s in own if isinstance(s, RawStatement)}
@@ -568,14 +572,19 @@ def _has_attribute_methods(kind: type) -> bool:
 def _methods_for(rules: Sequence[Rule], kind: type, what: str) -> List[Callable[..., object]]:
     """The rules' methods for nodes of class ``kind``, in rule order: ``visit_<Node>`` (``what="visit"``) or
     ``leave_<Node>``, as libcst's own transformer calls them, or the rule's own ``on_visit``/``on_leave`` where it
-    overrides it. Looked up once per node class and traversal, not formatted and looked up at every node."""
+    overrides it. The lookup is made once per rule class and node class, not at every node of every cell."""
+    return [getattr(rules[index], name) for index, name in _method_names(tuple(map(type, rules)), kind, what)]
+
+
+@functools.lru_cache(maxsize=None)
+def _method_names(classes: "tuple[type, ...]", kind: type, what: str) -> "tuple[tuple[int, str], ...]":
     found = []
-    for rule in rules:
-        own = getattr(type(rule), f"on_{what}") is not getattr(libcst.CSTTransformer, f"on_{what}")
-        method = getattr(rule, f"on_{what}") if own else getattr(rule, f"{what}_{kind.__name__}", None)
-        if method is not None:
-            found.append(method)
-    return found
+    for index, rule_class in enumerate(classes):
+        if getattr(rule_class, f"on_{what}") is not getattr(libcst.CSTTransformer, f"on_{what}"):
+            found.append((index, f"on_{what}"))
+        elif hasattr(rule_class, f"{what}_{kind.__name__}"):
+            found.append((index, f"{what}_{kind.__name__}"))
+    return tuple(found)
 
 
 class _Traversal(libcst.CSTTransformer):
@@ -587,7 +596,7 @@ class _Traversal(libcst.CSTTransformer):
         super().__init__()
         self._suppressed = suppressed
         self._cell = cell
-        self._rules = cell.rules
+        self._rules = cell.traversing
         self._todo = todo_comments
         self._statement_starts: List[int] = []
         self._claimed: set = set()
