@@ -66,7 +66,9 @@ class DistributedFunctionCall(concurrent.futures.Future):
         self.waiting_for: Optional[str] = None
         """What a queued call waits for (``waiting for 2 GPU(s): 8 of 8 leased by 4 call(s) ...``)."""
         self.stragglers: List[Any] = []
-        """The slow ranks the straggler watch named while the call ran."""
+        """The slow ranks the straggler watch named while the call ran, in order: each a
+        :class:`~databricks.air._engine.stragglers.Straggler` (``rank``, ``last_fraction``, ``late_seconds``,
+        ``wait_share``, ``where``, ``cause``, ``named_at``, and ``ended_at`` once it no longer was one)."""
         self.submitted_at = time.time()
         self._started: Optional[float] = None
         self._ended: Optional[float] = None

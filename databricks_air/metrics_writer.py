@@ -88,6 +88,11 @@ class MetricsWriter:
         """What the ranks need to send here."""
         return {_variables.METRICS_ADDRESS: self.address, _variables.METRICS_KEY: self.authkey}
 
+    def log(self, metrics: List[Any]) -> bool:
+        """Queue the caller's own points (``mlflow.entities.Metric``: the straggler watch's figures) with the ranks';
+        ``False`` once the writer is closed."""
+        return self._take(self.run_id, list(metrics), now=False) == OK
+
     def close(self) -> None:
         """Write what was received and stop listening.
 

@@ -116,6 +116,15 @@ class RankHost:
         target = self._target()
         return None if target is None else snapshot.ask_collectives(target, timeout)
 
+    def times(self, since: Dict[str, int], timeout: float) -> Optional[Dict[str, Any]]:
+        """When the rank issued its collectives after ``since``, on this node's clock (``None``: it did not answer)."""
+        target = self._target()
+        return None if target is None else snapshot.ask_times(target, since, timeout)
+
+    def clock(self) -> float:
+        """This node's clock (``time.time()``), for the caller to measure its offset."""
+        return time.time()
+
     def _target(self) -> Optional[snapshot.ProbeTarget]:
         if self._process is None or self._files is None or self._rank is None:
             return None

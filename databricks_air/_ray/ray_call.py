@@ -22,14 +22,14 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.outcome import RankOutcome, RankRecord, read_record
 from databricks.air._engine.rank_environ import flight_recorder_environ, job_environ
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
-from databricks.air._ray import placement, session
+from databricks.air._ray import clock_offsets, placement, session
 from databricks.air._ray.rank_host import RankHost
 from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest
@@ -94,6 +94,7 @@ class RayCall(Call):
         self.hosts: List[Any] = []  # by bundle
         self.places: List[Place] = []  # by rank
         self.polls: Dict[Any, int] = {}  # pending poll -> rank
+        self.clocks: Optional[Tuple[Dict[int, float], str]] = None  # each rank's clock offset, once measured
 
     # --- starting ------------------------------------------------------------------------------------------------
 
@@ -240,6 +241,22 @@ class RayCall(Call):
         asked = {outcome.rank: self._host(outcome.rank).collectives.remote(timeout) for outcome in ranks}
         answers = self._answers(asked, timeout + 1.0)
         return {rank: answer if isinstance(answer, list) else None for rank, answer in answers.items()}
+
+    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+        """As on this machine, asked by each rank's host on its node; each answer says how far the rank's clock is
+        from the caller's (``clock_offset``), measured at the first look (:mod:`~databricks.air._ray.clock_offsets`)."""
+        if self.clocks is None:
+            self.clocks = clock_offsets.measure(self.ray, {o.rank: self._host(o.rank) for o in ranks})
+        offsets, note = self.clocks
+        asked = {o.rank: self._host(o.rank).times.remote(since.get(o.rank, {}), timeout) for o in ranks}
+        answers: Dict[int, Optional[Dict[str, Any]]] = {}
+        for rank, answer in self._answers(asked, timeout + 1.0).items():
+            if isinstance(answer, dict):
+                answers[rank] = {**answer, "clock_offset": offsets.get(rank, 0.0), "clock_note": note}
+            else:
+                answers[rank] = None
+        return answers
 
     def _answers(self, asked: Dict[int, Any], seconds: float) -> Dict[int, Any]:
         """What each rank's host answered within ``seconds`` (a failed host answers with the reason, in words)."""

@@ -61,3 +61,36 @@ def test_an_interrupt_reports_where_every_rank_on_every_node_was(
     assert "Rank 3 is behind: it completed 1 collective of the default group and is in time.sleep" in report
     assert "ranks 0, 1 and 2 wait in all_reduce #2" in report
     assert_nothing_left()
+
+
+def rank_three_is_slow(steps: int) -> None:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    tensor = torch.ones(1)
+    for _ in range(steps):
+        if dist.get_rank() == 3:
+            time.sleep(0.2)
+        dist.all_reduce(tensor)
+    dist.destroy_process_group()
+
+
+def test_a_slow_rank_on_another_node_is_named_on_the_callers_clock(
+    connected: Any, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    monkeypatch.setenv("DATABRICKS_AIR_STRAGGLER_SECONDS", "1")
+    function = distributed(num_accelerators=RANKS, accelerator_type="CPU", remote=True, timeout=300)(rank_three_is_slow)
+    function.distributed(40)
+    err = capfd.readouterr().err
+    warnings = [line for line in err.splitlines() if "is a straggler" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("databricks.air: rank 3 is a straggler: last into "), err
+    assert "(time.sleep); not in our DataLoader." in warnings[0]
+    kept = json.loads((Path(function.last_log_dir) / "stragglers.json").read_text())
+    assert kept["clock"].startswith("each rank's clock offset from the caller's, measured at the first look")
+    assert [s["rank"] for s in kept["stragglers"]] == [3]
+    assert_nothing_left()
