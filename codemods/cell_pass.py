@@ -141,6 +141,7 @@ class PreparedCell:
         asked = [rule.statement_words() for rule in self.rules]
         self.words = None if any(words is None for words in asked) else frozenset().union(*asked)  # type: ignore
         """What the rules ask a top-level statement to hold (``None``: every statement is traversed)."""
+        self._quiet: Dict[libcst.CSTNode, bool] = {}
         self.traversing = [rule for rule, words in zip(self.rules, asked) if words is None or words]
         """The rules that may change or report something in some statement of the cell: one that asks for no word
         (``TorchDistributor``'s rules in a file without it) has nothing to do in the traversal."""
@@ -168,12 +169,34 @@ class PreparedCell:
         body = list(module.body[: len(self.context.prefix)])
         for statement in module.body[len(self.context.prefix):]:
             if statement not in self.skipped:  # (a statement left as text holds none of the words either)
-                body.append(_pruned(statement, self.words, self.codes, replaced))
+                body.append(_pruned(statement, self.holds, replaced))
         if not replaced and len(body) == len(module.body):
             return _resolve_scopes(module)
         pruned = module.with_changes(body=body)
         replaced[module] = pruned
         return _Translated(_resolve_scopes(pruned), replaced)
+
+    def holds(self, statement: libcst.CSTNode, parent: Optional[libcst.CSTNode] = None) -> bool:
+        """``statement`` (of the body of ``parent``, when given) holds a word a rule asks for."""
+        assert self.words is not None
+        if parent is not None and self._quiet_body(parent):
+            return False
+        return _holds_any(self.codes, statement, self.words)
+
+    def _quiet_body(self, compound: libcst.CSTNode) -> bool:
+        """No statement of the body of ``compound``, a ``def`` or ``class``, holds a word: every word its code holds
+        is in its decorators and signature (a decorated training function, whose body names nothing a rule asks
+        about). Found by counting the words in its code and in its code with ``pass`` for a body, so the body's
+        statements need not be printed one by one to be passed over."""
+        if not isinstance(compound, (libcst.FunctionDef, libcst.ClassDef)) or not isinstance(
+                compound.body, libcst.IndentedBlock):
+            return False
+        found = self._quiet.get(compound)
+        if found is None:
+            shell = compound.with_changes(body=compound.body.with_changes(body=[_PASS], footer=()))
+            found = self._quiet[compound] = _count(self.codes[compound], self.words) == _count(  # type: ignore
+                self.module.code_for_node(shell), self.words) - _count("pass", self.words)  # type: ignore
+        return found
 
     def survey(self) -> None:
         """Let every rule look at the cell before any cell of the file is changed."""
@@ -314,27 +337,27 @@ _PARTS = ("body", "orelse", "handlers", "finalbody", "cases")
 
 
 def _pruned(
-    node: libcst.CSTNode, words: FrozenSet[str], codes: Mapping[libcst.CSTNode, str],
+    node: libcst.CSTNode, holds: Callable[[libcst.CSTNode, libcst.CSTNode], bool],
     replaced: Dict[libcst.CSTNode, libcst.CSTNode],
 ) -> libcst.CSTNode:
-    """``node`` without the nested statements that hold none of ``words`` (a block left empty holds ``pass``);
-    ``replaced`` gains each node rebuilt, original -> new. ``node`` itself when nothing is left out."""
+    """``node`` without the nested statements that hold no word (``holds(statement, node)``; a block left empty
+    holds ``pass``); ``replaced`` gains each node rebuilt, original -> new. ``node`` itself when nothing is left
+    out."""
     changes: Dict[str, object] = {}
     for name in _PARTS:
         part = getattr(node, name, None)
         if isinstance(part, libcst.IndentedBlock):
-            kept = [_pruned(statement, words, codes, replaced) for statement in part.body
-                    if _holds_any(codes, statement, words)]
+            kept = [_pruned(statement, holds, replaced) for statement in part.body if holds(statement, node)]
             if len(kept) != len(part.body) or any(new is not old for new, old in zip(kept, part.body)):
                 new_block = part.with_changes(body=kept or [libcst.SimpleStatementLine([libcst.Pass()])])
                 replaced[part] = new_block
                 changes[name] = new_block
         elif isinstance(part, (tuple, list)):
-            items = [_pruned(item, words, codes, replaced) for item in part]
+            items = [_pruned(item, holds, replaced) for item in part]
             if any(new is not old for new, old in zip(items, part)):
                 changes[name] = items
         elif isinstance(part, libcst.CSTNode) and not isinstance(part, libcst.BaseSuite):
-            new = _pruned(part, words, codes, replaced)  # an `elif`, an `else:`, a `finally:`
+            new = _pruned(part, holds, replaced)  # an `elif`, an `else:`, a `finally:`
             if new is not part:
                 changes[name] = new
     if not changes:
@@ -563,6 +586,14 @@ def _holds_any(codes: Mapping[libcst.CSTNode, str], statement: libcst.CSTNode, w
     return any(word in text for word in words)
 
 
+def _count(text: str, words: FrozenSet[str]) -> int:
+    """How many times the words occur in ``text`` (no word spans a line end, so counts of lines add up)."""
+    return sum(text.count(word) for word in words)
+
+
+_PASS = libcst.SimpleStatementLine([libcst.Pass()])
+
+
 _ATTRIBUTE_METHOD = re.compile(r"^(?:visit|leave)_[A-Z][A-Za-z]*_[a-z_]+$")
 @functools.lru_cache(maxsize=None)
 def _has_attribute_methods(kind: type) -> bool:
@@ -617,8 +648,9 @@ class _Traversal(libcst.CSTTransformer):
         if node in self._skipped:
             return False
         if isinstance(node, STATEMENTS):
-            if self._words is not None and len(self._cell.ancestors) > 1 and not _holds_any(
-                self._cell.codes, node, self._words
+            ancestors = self._cell.ancestors
+            if self._words is not None and len(ancestors) > 1 and not self._cell.holds(
+                node, ancestors[-2] if isinstance(ancestors[-1], libcst.IndentedBlock) else None
             ):  # a nested statement without a word is no rule's business either (the body of a decorated def)
                 self._passed.add(node)
                 return False

@@ -52,6 +52,23 @@ def test_nested_statements_without_a_requested_word_are_not_traversed_either() -
     assert seen == ["f", "a", "b", "wanted", "c"]  # the def's header, the if's test, the statement with the word
 
 
+@pytest.mark.parametrize(
+    "source, seen",
+    [  # A def or class whose words are all in its decorators and signature has its body passed over at once.
+        ("@wanted(n=2)\ndef f(a):\n    b = a\n    return b\n", ["wanted", "n", "f", "a"]),
+        ("class C:  # wanted in a comment\n    x = 1\n", ["C"]),
+        # A word in the body too (in a statement, a comment above one, the block's last comment): it is looked at.
+        ("@wanted\ndef f(a):\n    b = a\n    return wanted(b)\n", ["wanted", "f", "a", "wanted", "b"]),
+        ("@wanted\ndef f(a):\n    # wanted\n    return a\n", ["wanted", "f", "a", "a"]),
+        ("@wanted\ndef f(a):\n    return a\n    # wanted\n", ["wanted", "f", "a"]),
+        ("class wanted:\n    def m(self):\n        wanted = 1\n", ["wanted", "m", "self", "wanted"]),
+    ],
+    ids=["signature", "comment-after-colon", "body", "comment-above", "footer-comment", "nested"],
+)
+def test_a_body_with_no_word_is_passed_over_whole(source: str, seen: List[str]) -> None:
+    assert _seen(_Counting, source) == seen
+
+
 def test_a_rule_that_needs_every_statement_sees_them_all() -> None:
     seen = _seen(_All, PLAIN)
     assert "y" in seen and "helper" in seen
