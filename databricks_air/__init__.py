@@ -44,6 +44,12 @@ if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
     logging.getLogger("databricks.air").warning(
         "databricks.air is in Beta: its API may still change between releases."
     )
+    # A notebook's first call needs MLflow (seconds to import): in a kernel or a REPL, where the next cell comes
+    # later, it is imported in the background once this cell ends (a script's starts at decoration).
+    if "IPython" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
+        from databricks.air import _mlflow_warmup
+
+        _mlflow_warmup.start_after_cell()
 
 
 def distributed(*args: Any, **kwargs: Any) -> Any:

@@ -100,6 +100,7 @@ class DistributedFunction:
         self.max_restarts = 0
         self.restart_on: Tuple[type, ...] = ()
         self.last_log_dir: Optional[str] = None
+        tracking.warm_up()  # MLflow imported and its store opened in the background, before the first call
 
     @property
     def num_accelerators(self) -> int:
@@ -244,17 +245,20 @@ class DistributedFunction:
     def _prepare(self, bound: inspect.BoundArguments) -> "_Prepared":
         """Everything a call needs that can be wrong, checked in the caller before anything is printed, made or
         recorded: a bad setting or an argument that cannot be pickled is the call's only output."""
+        started = time.monotonic()  # the call's clock and its timeout start here
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
         settings = _settings.read(environ)
         engine.check(environ, settings.start_method, self.remote)
+        engine.prewarm(environ, self.remote)  # a local rank server imports torch while we pickle and make the run
         function_bytes = payload.serialize_function(self.func)
         argument_bytes = payload.serialize_arguments(self.func, bound)
-        engine.prewarm(environ, self.remote)  # a local rank server imports torch while the run is created
         # MLflow's active run is per thread: the caller's, or the notebook's (main thread's) for a call submitted
         # from a worker thread, is the parent, taken now, on the caller's thread.
         parent = tracking.active_run_id() if settings.tracking else None
-        return _Prepared(name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent)
+        return _Prepared(
+            name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent, started
+        )
 
     def _handle(self, prepared: "_Prepared") -> DistributedFunctionCall:
         kind = "CPU" if self.accelerator_type is AcceleratorType.CPU else "GPU"
@@ -266,9 +270,12 @@ class DistributedFunction:
         name, environ, settings = prepared.name, prepared.environ, prepared.settings
         background = call._runner is not None
         params = {**self._run_params(), **prepared.params}
-        run = tracking.CallRun.open(name, params, parent_run_id=prepared.parent) if settings.tracking else None
+        started, deadline = prepared.started, prepared.deadline(self.timeout)
+        run = tracking.CallRun.open(
+            name, params, parent_run_id=prepared.parent, deadline=deadline, timeout=self.timeout, started=started
+        ) if settings.tracking else None
         call.run_id = run.run_id if run is not None else None
-        status, failure, folder, started = "FAILED", None, None, time.monotonic()
+        status, failure, folder = "FAILED", None, None
         try:
             folder = log_folders.make(
                 getattr(self.func, "__name__", "function"), settings.log_root, settings.keep_calls, settings.keep_days
@@ -357,6 +364,7 @@ class DistributedFunction:
             argv=list(sys.argv),
             log_dir=log_dir,
             timeout=self.timeout,
+            deadline=prepared.deadline(self.timeout),
             timeout_note=_timeout_note(self.timeout),
             **prepared.settings.engine(),
             on_report=run.keep_snapshot if run is not None else None,
@@ -389,6 +397,13 @@ class _Prepared:
     """The arguments, as the run's params (``arg.<name>``)."""
     parent: Optional[str]
     """The MLflow run the call's run nests under, taken on the caller's thread."""
+    started: float
+    """When ``.distributed()`` or ``submit()`` was called (``time.monotonic()``): the call's clock and its timeout
+    count from here, its set-up (the MLflow run, the rank server) included."""
+
+    def deadline(self, timeout: Optional[float]) -> Optional[float]:
+        """When the call must be over (``time.monotonic()``), or ``None`` without a timeout."""
+        return None if timeout is None else self.started + timeout
 
 
 _PARAM_VALUE_CHARS = 250

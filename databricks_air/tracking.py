@@ -27,9 +27,18 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Mapping, Optional
 
-from databricks.air import _mlflow_quiet, _notebook, _progress, _settings, _variables, metrics_writer, rank_tracking
+from databricks.air import (
+    _mlflow_quiet,
+    _mlflow_warmup,
+    _notebook,
+    _progress,
+    _settings,
+    _variables,
+    metrics_writer,
+    rank_tracking,
+)
 from databricks.air._switches import switched_off
-from databricks.air.exceptions import RuntimeConfigurationError
+from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 from databricks.air.version import __version__
 
 DEFAULT_UPLOAD_SECONDS = _settings.DEFAULT_UPLOAD_SECONDS
@@ -50,12 +59,19 @@ def tracking_enabled() -> bool:
     return not switched_off(_variables.MLFLOW)
 
 
+def warm_up() -> None:
+    """Import MLflow and open the current store in the background, for a call that may come soon
+    (:mod:`databricks.air._mlflow_warmup`); nothing with tracking off."""
+    _mlflow_warmup.start(open_store=True)
+
+
 def active_run_id() -> Optional[str]:
     """The MLflow run a call made now nests under: this thread's active run, else the main thread's (a notebook's
     run, for a call submitted from a worker thread: MLflow keeps one active run per thread). ``None`` when MLflow
-    is not imported (no run can be active) or no run is."""
+    is not imported (no run can be active), is being imported (by the warm-up: then no run has been started either)
+    or no run is."""
     fluent = sys.modules.get("mlflow.tracking.fluent")
-    if fluent is None:
+    if fluent is None or getattr(getattr(fluent, "__spec__", None), "_initializing", False):
         return None
     active = fluent.active_run()
     if active is not None:
@@ -94,31 +110,83 @@ class CallRun:
         """Ends the runs of this experiment whose callers are gone (:func:`end_orphaned_runs`), in the background."""
 
     @classmethod
-    def open(cls, name: str, params: Dict[str, Any], parent_run_id: Optional[str] = None) -> "CallRun":
+    def open(
+        cls,
+        name: str,
+        params: Dict[str, Any],
+        parent_run_id: Optional[str] = None,
+        *,
+        deadline: Optional[float] = None,
+        timeout: Optional[float] = None,
+        started: Optional[float] = None,
+    ) -> "CallRun":
         """Create the run (fails fast, naming the store and the switch, when the store cannot be reached).
+
+        ``deadline`` (a ``time.monotonic()`` time): the call's, so that its timeout covers this too. What MLflow does
+        here cannot be interrupted, so it runs on a thread of its own, waited for until then: past it the call
+        raises :class:`LocalExecutionTimeoutError` saying what it waited for (MLflow's import, the store), and a run
+        the thread makes later is ended KILLED at once. ``timeout``: the call's, for that message; ``started``
+        (``time.monotonic()``): when the call began, so that the run's ``duration_seconds`` is the whole call's.
 
         MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
         says so on a terminal or in a notebook while it lasts."""
+        began = time.monotonic()
+        _mlflow_warmup.start(open_store=False)  # begun ahead as a rule (decoration): then this changes nothing
+        if not _mlflow_warmup.wait(deadline):
+            if not _mlflow_warmup.imported():
+                raise _set_up_timeout(name, timeout, "MLflow's import did not end", began)
+            uri = sys.modules["mlflow"].get_tracking_uri()
+            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer", began)
         import mlflow
 
         uri = mlflow.get_tracking_uri()
-        _check_reachable(uri)
+        if parent_run_id is None:  # the calling thread's active run (MLflow keeps one per thread), read here
+            active = mlflow.active_run()
+            parent_run_id = active.info.run_id if active is not None else None
+        registry_uri = mlflow.get_registry_uri()
+        opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline)
         try:
-            with _mlflow_quiet.quiet(), _progress.transient(_creating_store_note(uri)):
-                _make_store_once(mlflow, uri)
-                return cls._open(mlflow, uri, name, params, parent_run_id)
+            with _progress.transient(_creating_store_note(uri)):
+                opened = opening.result(deadline)
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
                 from None
+        if opened is None:
+            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer", began)
+        if started is not None:
+            opened.started = time.time() - (time.monotonic() - started)
+        return opened
+
+    @classmethod
+    def _open_here(
+        cls,
+        mlflow: Any,
+        uri: str,
+        name: str,
+        params: Dict[str, Any],
+        parent_run_id: Optional[str],
+        registry_uri: Optional[str],
+        deadline: Optional[float],
+    ) -> "CallRun":
+        with _mlflow_quiet.quiet():
+            _check_reachable(uri, deadline)
+            _mlflow_warmup.make_store_once(mlflow, uri)
+            return cls._open(mlflow, uri, name, params, parent_run_id, registry_uri)
 
     @classmethod
     def _open(
-        cls, mlflow: Any, uri: str, name: str, params: Dict[str, Any], parent_run_id: Optional[str]
+        cls,
+        mlflow: Any,
+        uri: str,
+        name: str,
+        params: Dict[str, Any],
+        parent_run_id: Optional[str],
+        registry_uri: Optional[str],
     ) -> "CallRun":
         from mlflow.entities import Param
 
         client = mlflow.MlflowClient(uri)
-        parent = client.get_run(parent_run_id) if parent_run_id else mlflow.active_run()
+        parent = client.get_run(parent_run_id) if parent_run_id else None
         tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
         caller = caller_identity(os.getpid())
         if caller is not None:
@@ -137,9 +205,7 @@ class CallRun:
             ) from error
         client.log_batch(run.info.run_id, params=[Param(key, str(value)) for key, value in params.items()])
         snapshot = base64.b64encode(run.to_proto().SerializeToString()).decode()
-        opened = cls(
-            client, run.info.run_id, experiment_id, uri, name, registry_uri=mlflow.get_registry_uri(), snapshot=snapshot
-        )
+        opened = cls(client, run.info.run_id, experiment_id, uri, name, registry_uri=registry_uri, snapshot=snapshot)
         opened.orphan_sweep = threading.Thread(  # off the call's way: a search of the store takes its time
             target=end_orphaned_runs, args=(client, experiment_id), name="databricks.air orphaned runs", daemon=True
         )
@@ -254,6 +320,16 @@ class CallRun:
         the call runs."""
         self._uploader = _LogUploader(self, log_dir, interval)
         self._uploader.start()
+
+    def log_call_metrics(self, metrics: Dict[str, float], step: int) -> None:
+        """Metrics of the call's own (the straggler watch's figures), through the call's one writer when it runs one
+        (:meth:`start_metrics_writer`), else written here."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        points = [Metric(key, float(value), stamp, step) for key, value in metrics.items()]
+        if self._metrics_writer is None or not self._metrics_writer.log(points):
+            self.client.log_batch(self.run_id, metrics=points)
 
     def keep_snapshot(self, report: Any) -> None:
         """Attach a report of where the ranks were (a :class:`~databricks.air._engine.stop_report.StopReport`):
@@ -415,57 +491,103 @@ class _LogUploader(threading.Thread):
         self.join(timeout=30)
 
 
+class _DeadlinePassed(Exception):
+    """Raised on the thread making a call's run when the call's deadline cut a wait short."""
+
+
+class _Opening:
+    """A call's run being made on a thread of its own (:meth:`CallRun.open`), which the call may give up on."""
+
+    def __init__(self, cls: Any, mlflow: Any, uri: str, name: str, params: Dict[str, Any],
+                 parent_run_id: Optional[str], registry_uri: Optional[str], deadline: Optional[float]) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._run: Optional[CallRun] = None
+        self._error: Optional[BaseException] = None
+        self._abandoned = False
+        self._thread = threading.Thread(
+            target=self._make, args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline),
+            name="databricks.air MLflow run", daemon=True,
+        )
+        self._thread.start()
+
+    def _make(self, cls: Any, *args: Any) -> None:
+        run: Optional[CallRun] = None
+        try:
+            run = cls._open_here(*args)
+        except BaseException as error:  # noqa: BLE001 - handed to the call
+            self._error = error
+        with self._lock:
+            self._run = run
+            late = self._abandoned
+            self._done.set()
+        if late and run is not None:
+            _end_abandoned(run)
+
+    def result(self, deadline: Optional[float]) -> Optional["CallRun"]:
+        """The run, once made; ``None`` when ``deadline`` came first (the run, if it comes, is ended KILLED). Raises
+        what making it raised. An interrupt gives it up too."""
+        try:
+            self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._lock:
+                if not self._done.is_set():
+                    self._abandoned = True
+        if not self._done.is_set() or isinstance(self._error, _DeadlinePassed):
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._run
+
+
+def _end_abandoned(run: "CallRun") -> None:
+    """End a run whose call gave up waiting for it (its timeout, an interrupt): KILLED, saying why."""
+    try:
+        with _mlflow_quiet.quiet():
+            run.client.set_tag(run.run_id, "databricks.air.failure",
+                               "the call stopped waiting for its MLflow run (its timeout passed, or it was "
+                               "interrupted) before the store made it; no rank was started")
+            run.client.set_terminated(run.run_id, "KILLED")
+    except Exception:  # noqa: BLE001 - the sweep of orphaned runs ends it once this caller is gone
+        pass
+
+
+def _set_up_timeout(name: str, timeout: Optional[float], what: str, began: float) -> LocalExecutionTimeoutError:
+    waited = time.monotonic() - began
+    limit = f"its timeout of {timeout:g} s" if timeout is not None else "its deadline"
+    return LocalExecutionTimeoutError(
+        f"{name} did not finish within {limit}: {what} within {waited:.1f} s, so no rank was started (the timeout "
+        f"counts from .distributed(), its set-up included). Check the store (MLFLOW_TRACKING_URI), raise the "
+        f"timeout, or set {_variables.MLFLOW}=0 to run without tracking."
+    )
+
+
 def _creating_store_note(uri: str) -> Optional[str]:
     """What to show while a SQLite store that does not exist yet is made, or ``None`` for any other store."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    if path in ("", ":memory:") or os.path.exists(path):
+    path = _mlflow_warmup.sqlite_path(uri)
+    if path is None or os.path.exists(path):
         return None
     return f"databricks.air: creating the MLflow store {path} (the first call only)..."
 
 
-_stores_ready: set = set()
-_stores_lock = threading.Lock()
+HEALTH_CHECK_SECONDS = 5.0
 
 
-def _make_store_once(mlflow: Any, uri: str) -> None:
-    """Open a SQLite store for the first time under a lock that every process of this user shares.
-
-    MLflow makes and migrates a new store's tables when it first opens it; two processes (or threads) doing that at
-    once in a fresh folder fail (``duplicate column name: step``, an Alembic version mismatch). The lock is a file
-    in the user's private folder named after the database's path; the operating system drops it if its holder
-    dies. Other stores (a server, a folder) need none.
-    """
-    if not uri.startswith("sqlite:///") or uri in _stores_ready:
-        return
-    import fcntl
-    import hashlib
-
-    from databricks.air._engine.user_folder import user_folder
-
-    database = os.path.abspath(uri[len("sqlite:///"):])
-    lock_path = os.path.join(user_folder("stores"), hashlib.sha256(database.encode()).hexdigest()[:32] + ".lock")
-    with _stores_lock, open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # makes and migrates the tables
-        except Exception as error:  # noqa: BLE001 - any store failure
-            raise RuntimeConfigurationError(
-                f"cannot open the MLflow store {uri}: {type(error).__name__}: {error}. Fix the store (or remove "
-                f"{database} if it holds nothing you need), or set {_variables.MLFLOW}=0 to run without tracking."
-            ) from error
-        _stores_ready.add(uri)
-
-
-def _check_reachable(uri: str) -> None:
-    """For an HTTP store, a quick health check, so that no rank starts for a run that would be lost."""
+def _check_reachable(uri: str, deadline: Optional[float] = None) -> None:
+    """For an HTTP store, a quick health check, so that no rank starts for a run that would be lost; it waits at
+    most :data:`HEALTH_CHECK_SECONDS`, and never past ``deadline`` (the call then raises its timeout)."""
     if not uri.startswith(("http://", "https://")):
         return
+    seconds = HEALTH_CHECK_SECONDS
+    if deadline is not None:
+        seconds = min(seconds, max(0.05, deadline - time.monotonic()))
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5):
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=seconds):
             return
     except (urllib.error.URLError, OSError) as error:
+        timed_out = isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError)
+        if timed_out and seconds < HEALTH_CHECK_SECONDS:
+            raise _DeadlinePassed() from None  # cut short by the call's timeout, which the call says
         reason = getattr(error, "reason", error)
         raise RuntimeConfigurationError(
             f"the MLflow tracking server {uri} cannot be reached ({reason}). Start it or point "

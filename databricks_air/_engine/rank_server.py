@@ -42,6 +42,8 @@ from databricks.air._switches import switched_off
 
 MAX_MESSAGE = 1 << 20
 _IDLE_SECONDS = 0.5
+CALL_COMING = "call"
+"""The server's second argument when it was started for a call that is getting ready (see ``RankServer.serve``)."""
 MAX_FDS = 512
 
 READS_RANK_AT_IMPORT = ("lightning", "pytorch_lightning", "lightning_fabric", "torchmetrics")
@@ -90,25 +92,35 @@ class RankServer:
 
     # --- the loop ------------------------------------------------------------------------------------------------
 
-    def serve(self, problems: List[str], deferred: List[str]) -> None:
+    def serve(self, problems: List[str], deferred: List[str], call_coming: bool = False) -> None:
         """Answer requests until the caller goes; ``deferred`` modules are imported the first time it is idle:
         after half a second without a request, or as soon as the first call's processes have all ended (calls in a
         loop never leave it half a second: the second call's request then waits for the import, its ranks start
-        with them loaded)."""
+        with them loaded).
+
+        ``call_coming``: the server was started for a call that is getting ready (opening its MLflow run, say), so
+        the time before its first request is not idle time: an import begun then would hold that call's ranks back
+        for its whole length (about a second for MLflow and its store, more under load). Its ranks start first, and
+        the deferred modules come once they have ended."""
         try:
             send(self.control, {"op": "ready", "pid": self.pid, "problems": problems})
         except OSError:
             pass  # the caller is gone already; read what it sent (call directories to remove), then EOF
         try:
             while True:
-                ready = self.selector.select(_IDLE_SECONDS if deferred and not self.children else None)
+                idle = deferred and not self.children and not call_coming
+                ready = self.selector.select(_IDLE_SECONDS if idle else None)
                 for key, _ in ready:
                     if key.data is None:
                         if not self._handle_request():
                             return
                     else:
                         self._reap(key.fd)
-                if deferred and not self.children and (not ready or any(key.data is not None for key, _ in ready)):
+                if self.children:
+                    call_coming = False  # the call's ranks (or its store) run: what comes next is idle time
+                if deferred and not self.children and not call_coming and (
+                    not ready or any(key.data is not None for key, _ in ready)
+                ):
                     _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
                     self.fork_safe = self.fork_safe and not rank_readers_loaded()
                     deferred = []
@@ -356,13 +368,14 @@ def _import_all(modules: List[str]) -> List[str]:
 
 
 def main() -> None:
-    """Entry point of the server's interpreter: ``python -c "...; main()" <control fd>`` (``rank_server_handle``)."""
+    """Entry point of the server's interpreter: ``python -c "...; main()" <control fd> [call]``
+    (``rank_server_handle``; ``call``: :data:`CALL_COMING`)."""
     control = socket.socket(fileno=int(sys.argv[1]))
     # Ctrl-C in a terminal reaches the whole foreground group; the caller decides what happens to the ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     problems, fork_safe = preload()
-    RankServer(control, fork_safe).serve(problems, deferred_preloads())
+    RankServer(control, fork_safe).serve(problems, deferred_preloads(), call_coming=sys.argv[2:3] == [CALL_COMING])
 
 
 if __name__ == "__main__":

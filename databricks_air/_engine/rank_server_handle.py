@@ -44,12 +44,15 @@ def startup_fingerprint(environ: Dict[str, str]) -> Tuple:
 class RankServerHandle:
     """A running rank server, seen from the caller."""
 
-    def __init__(self, environ: Dict[str, str]) -> None:
+    def __init__(self, environ: Dict[str, str], call_coming: bool = True) -> None:
+        """Start a server for ``environ``; ``call_coming``: for a call that is getting ready now (not a spare), so
+        the server leaves its deferred imports until that call's ranks have run (``RankServer.serve``)."""
         self.fingerprint = startup_fingerprint(environ)
         self.socket, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        arguments = [str(server_end.fileno())] + ([rank_server.CALL_COMING] if call_coming else [])
         try:
             self.process = subprocess.Popen(
-                python_command(rank_server.__name__, [str(server_end.fileno())]),
+                python_command(rank_server.__name__, arguments),
                 pass_fds=[server_end.fileno()],
                 env=environ,
                 stdin=subprocess.DEVNULL,
@@ -246,7 +249,7 @@ class _Pool:
                 self._lent.add(handle)
         if spare:
             try:
-                self._keep_idle(RankServerHandle(environ))
+                self._keep_idle(RankServerHandle(environ, call_coming=False))
             except OSError:
                 pass  # no spare (out of memory or processes): the call has its server, and the next makes its own
         return handle
