@@ -534,7 +534,7 @@ def report(all_cases: Dict[str, Case], repeats: int) -> None:
             verdict = "ok" if ratio <= 0.3 else "OVER"
             print(f"ratio {ours} / {anchor} (libcst RenameCommand, -j 2, same files; medians): {ratio:.2f} wall, "
                   f"{cpu:.2f} CPU (budget 0.30: {verdict})")
-    for ours, anchor in PARSE_ANCHORS.items():
+    for ours, anchor in [*PARSE_ANCHORS.items(), *((f"{key}@before", value) for key, value in PARSE_ANCHORS.items())]:
         if ours in all_cases and anchor in all_cases:
             ratio = all_cases[ours].median / all_cases[anchor].median
             cpu = statistics.median(all_cases[ours].cpu) / statistics.median(all_cases[anchor].cpu)
