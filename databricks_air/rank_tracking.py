@@ -14,6 +14,8 @@ has not preloaded it):
   mlflow.start_run():`` block, HF ``Trainer``'s callback, MLflow's own exit handler, ``MlflowClient.set_terminated``)
   only flushes what was logged and detaches it: the rank never ends the call's run, the call does (FINISHED,
   FAILED or KILLED). Nested runs (``start_run(nested=True)`` under an active run) and other runs work as in MLflow.
+  Lightning's ``MLFlowLogger`` does not use the fluent API (it makes a run of its own with ``MlflowClient``, in
+  experiment ``lightning_logs``): one made without ``run_id`` and ``experiment_name`` is given the call's run.
 * **Per-step metrics cost microseconds.** ``mlflow.log_metric`` and ``mlflow.log_metrics`` into the call's run
   are queued in the rank and handed to the call's writer every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (which
   the caller sets to 1 unless the user chose; :mod:`databricks.air.rank_metrics` says why MLflow's own
@@ -65,6 +67,11 @@ def rank_started() -> None:
         _bind_or_say(sys.modules["mlflow"])
     else:
         sys.meta_path.insert(0, _AfterImport("mlflow", _bind_or_say))
+    for name in LIGHTNING_LOGGER_MODULES:
+        if name in sys.modules:
+            _bind_lightning(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, _bind_lightning))
 
 
 def rank_ending() -> None:
@@ -222,6 +229,43 @@ def _set_terminated(original: Callable[..., Any]) -> Callable[..., Any]:
         original(self, run_id, status, end_time)
 
     return set_terminated
+
+
+# --- Lightning's MLFlowLogger -----------------------------------------------------------------------------------------
+
+LIGHTNING_LOGGER_MODULES = ("pytorch_lightning.loggers.mlflow", "lightning.pytorch.loggers.mlflow")
+"""Where Lightning defines ``MLFlowLogger`` (the ``pytorch_lightning`` package, and the ``lightning`` one)."""
+
+
+def _bind_lightning(module: types.ModuleType) -> None:
+    """Make ``MLFlowLogger()`` log into the call's run: a logger made without ``run_id`` and ``experiment_name``
+    (by default it makes a run of its own in experiment ``lightning_logs``, through ``MlflowClient``, which
+    ``MLFLOW_RUN_ID`` does not steer) is given ``run_id=<the call's run>``. One made with either is left as asked."""
+    logger = getattr(module, "MLFlowLogger", None)
+    original = getattr(logger, "__init__", None)
+    if original is None or getattr(original, "_databricks_air", False):
+        return
+    import inspect
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return
+    if "run_id" not in signature.parameters or "experiment_name" not in signature.parameters:
+        return  # a Lightning we do not know
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:
+            given = {}  # the original says what is wrong
+        if _call_run_id and given and given.get("run_id") is None and "experiment_name" not in given:
+            kwargs["run_id"] = _call_run_id
+        original(self, *args, **kwargs)
+
+    __init__._databricks_air = True  # type: ignore[attr-defined]
+    logger.__init__ = __init__
 
 
 # --- metrics, batched ------------------------------------------------------------------------------------------------
