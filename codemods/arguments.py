@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "notebook sources, to databricks-air-oss elsewhere), keeping the other packages")
     parser.add_argument("--pip-package", metavar="NAME", help="with --fix-pip: the package to install instead")
     parser.add_argument("--todo-comments", action=argparse.BooleanOptionalAction, default=None,
-                        help="insert a '# TODO(air-migrate AMxxx): ...' comment above each item that needs a person")
+                        help="insert a '# TODO(air-migrate AMxxx): ...' comment above each item that needs a person "
+                             "(a write always puts one above a statement it changes that holds one)")
     parser.add_argument("--isolated", action="store_true",
                         help="read no configuration file ([tool.air-migrate] in pyproject.toml, see below)")
     parser.add_argument("--show-settings", action="store_true",

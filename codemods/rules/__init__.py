@@ -8,8 +8,9 @@ which are flagged for review. The contract itself is :mod:`air_migrate.rule_base
 
 * ``am101_imports`` to ``am111_run_magics``: the ``serverless_gpu`` rules (AM101 to AM111), with what they share:
   :mod:`~air_migrate.rules.targets` (which calls are launch calls), :mod:`~air_migrate.rules.accelerator_types`
-  (old GPU models to accelerator types) and :mod:`~air_migrate.rules.bound_names` (a count or type given by a name
-  bound to a literal, across cells);
+  (old GPU models to accelerator types), :mod:`~air_migrate.rules.bound_names` (a count or type given by a name
+  bound to a literal, across cells) and :mod:`~air_migrate.rules.guards` (which blocks make an import a guarded
+  one);
 * :mod:`~air_migrate.rules.torch_distributor`: Spark's ``TorchDistributor`` (AM201 to AM217).
 
 Importing this package registers every rule; only :mod:`air_migrate.codes` does, for the command line.
