@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import re
-from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type, Union, cast
 
 import libcst
 from libcst.metadata import (
@@ -153,9 +153,9 @@ class PreparedCell:
         positions = _StatementPositions(module, self.ancestors, self._wrapper, self.codes)
         metadata = _LazyMetadata(self._wrapper, providers, self._scopes, positions)
         for rule in self.rules:
-            rule.metadata = metadata  # type: ignore[assignment]
+            rule.metadata = metadata
 
-    def _scopes(self) -> Mapping:  # type: ignore[type-arg]
+    def _scopes(self) -> Mapping:
         """``ScopeProvider``'s metadata, computed over the statements that are traversed (and the prefix) only, the
         nested ones too: every binding and every read of a word a rule asks for spells that word, so it lies in a
         statement that is kept, and what those names resolve to is the same as over the whole cell, at a fraction
@@ -166,7 +166,7 @@ class PreparedCell:
         if self.words is None:
             return _resolve_scopes(module)
         replaced: Dict[libcst.CSTNode, libcst.CSTNode] = {}
-        body = list(module.body[: len(self.context.prefix)])
+        body: List[libcst.CSTNode] = list(module.body[: len(self.context.prefix)])
         for statement in module.body[len(self.context.prefix):]:
             if statement not in self.skipped:  # (a statement left as text holds none of the words either)
                 body.append(_pruned(statement, self.holds, replaced))
@@ -243,22 +243,22 @@ class PreparedCell:
         return text
 
 
-class _LazyMetadata(Mapping):  # type: ignore[type-arg]
+class _LazyMetadata(Mapping):
     """The rules' metadata, each provider computed the first time a rule asks for it (scopes and qualified names
     cost more than parsing: a cell where no rule needs them never pays for them)."""
 
     def __init__(
-        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scopes: Callable[[], Mapping],  # type: ignore
+        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scopes: Callable[[], Mapping],
         positions: "_StatementPositions",
     ) -> None:
         self._wrapper = wrapper
         self._scopes = scopes
-        self._scope_mapping: Optional[Mapping] = None  # type: ignore[type-arg]
+        self._scope_mapping: Optional[Mapping] = None
         self._parents: Optional[Dict[libcst.CSTNode, libcst.CSTNode]] = None
         self._positions = positions
         self._providers = tuple(providers)
 
-    def __getitem__(self, provider: ProviderT) -> Mapping:  # type: ignore[type-arg]
+    def __getitem__(self, provider: ProviderT) -> Mapping:
         if provider not in self._providers:
             raise KeyError(provider)
         if provider is PositionProvider:
@@ -285,7 +285,7 @@ class _LazyMetadata(Mapping):  # type: ignore[type-arg]
         return len(self._providers)
 
 
-def _resolve_scopes(module: libcst.Module) -> Mapping:  # type: ignore[type-arg]
+def _resolve_scopes(module: libcst.Module) -> Mapping:
     """What ``MetadataWrapper(module).resolve(ScopeProvider)`` gives, at a third of the cost: libcst's two providers
     (expression contexts, then scopes) each do their work in one traversal of their own when they meet the module,
     so they are run that way, without the batched traversal around them (which visits every node once more per
@@ -301,7 +301,7 @@ def _resolve_scopes(module: libcst.Module) -> Mapping:  # type: ignore[type-arg]
     return scopes._computed
 
 
-def _positions(module: libcst.Module) -> Mapping:  # type: ignore[type-arg]
+def _positions(module: libcst.Module) -> Mapping:
     """What ``MetadataWrapper(module).resolve(PositionProvider)`` gives: one code generation that records where each
     node is (the wrapper would also walk the whole module once more in a batched traversal with no visitor in it)."""
     return PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
@@ -367,10 +367,10 @@ def _pruned(
     return new_node
 
 
-class _Translated(Mapping):  # type: ignore[type-arg]
+class _Translated(Mapping):
     """Metadata computed over a module some of whose nodes were rebuilt, looked up by the original nodes too."""
 
-    def __init__(self, mapping: Mapping, replaced: Mapping[libcst.CSTNode, libcst.CSTNode]) -> None:  # type: ignore
+    def __init__(self, mapping: Mapping, replaced: Mapping[libcst.CSTNode, libcst.CSTNode]) -> None:
         self._mapping = mapping
         self._replaced = replaced
 
@@ -398,7 +398,7 @@ def _words(rules: Sequence[Rule]) -> Optional[FrozenSet[str]]:
     return frozenset(words)
 
 
-class _StatementPositions(Mapping):  # type: ignore[type-arg]
+class _StatementPositions(Mapping):
     """``PositionProvider`` for a node inside the top-level statement being traversed (or for a top-level statement
     and the small statements of one, such as the imports a survey asks about), computed over that statement alone
     and shifted by the lines before it (a top-level statement starts at column 0); any other node gets the
@@ -422,9 +422,9 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
         self._starts: Optional[Dict[libcst.CSTNode, int]] = None
         self._owners: Optional[Dict[libcst.CSTNode, libcst.CSTNode]] = None
         self._computed: Dict[libcst.CSTNode, "_Shifted"] = {}
-        self._whole: Optional[Mapping] = None  # type: ignore[type-arg]
+        self._whole: Optional[Mapping] = None
 
-    def _local(self, node: libcst.CSTNode) -> Optional[Mapping]:  # type: ignore[type-arg]
+    def _local(self, node: libcst.CSTNode) -> Optional[Mapping]:
         if self._module.default_newline not in ("\n", "\r\n"):
             return None
         if self._owners is None:  # a top-level statement, or a small statement of one (an import, in a survey)
@@ -466,7 +466,7 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
                 return node if above else ancestor
         return node
 
-    def _all(self) -> Mapping:  # type: ignore[type-arg]
+    def _all(self) -> Mapping:
         if self._whole is None:
             self._whole = _positions(self._wrapper.module)
         return self._whole
@@ -485,7 +485,7 @@ class _StatementPositions(Mapping):  # type: ignore[type-arg]
         return len(self._all())
 
 
-class _Shifted(Mapping):  # type: ignore[type-arg]
+class _Shifted(Mapping):
     """Positions computed over one statement alone (all of them, or those up to some node), as lines of the whole
     cell."""
 
@@ -514,7 +514,7 @@ class _Reached(Exception):
     """The node whose position was asked for has been printed."""
 
 
-class _StopAfter(PositionProvidingCodegenState):  # type: ignore[misc]
+class _StopAfter(PositionProvidingCodegenState):
     """libcst's position-recording code generation, stopped once ``target`` is printed."""
 
     target: Optional[libcst.CSTNode] = None
@@ -533,7 +533,7 @@ class _StopAfter(PositionProvidingCodegenState):  # type: ignore[misc]
         start = CodePosition(self.line, self.column)
         yield
         end = CodePosition(self.line, self.column)
-        computed = self.provider._computed
+        computed = cast(Dict[libcst.CSTNode, CodeRange], self.provider._computed)  # (positions are never lazy)
         computed[node] = CodeRange(computed[start_node].start if start_node is not None else start,
                                    computed[end_node].end if end_node is not None else end)
 
@@ -543,7 +543,7 @@ def _positions_until(module: libcst.Module, node: libcst.CSTNode, into: Dict[lib
     when ``node`` is not in ``module`` (then nothing is left recorded that was not already)."""
     recorder = _Recorder()
     state = _StopAfter(default_indent=module.default_indent, default_newline=module.default_newline,
-                       provider=recorder)
+                       provider=recorder)  # type: ignore[arg-type]  # (a stand-in: only its _computed is used)
     state.target = node
     try:
         module._codegen(state)
@@ -560,7 +560,7 @@ class _Recorder:
         self._computed: Dict[libcst.CSTNode, CodeRange] = {}
 
 
-class StatementCodes(Mapping):  # type: ignore[type-arg]
+class StatementCodes(Mapping):
     """The code of each statement of a module as read (top-level or nested), printed the first time it is asked
     for; a partial parse gives the code of most top-level statements without printing anything."""
 
@@ -658,12 +658,12 @@ class _Traversal(libcst.CSTTransformer):
         self._cell.ancestors.append(node)
         visits = self._visits.get(type(node))
         if visits is None:
-            visits = self._visits[type(node)] = _methods_for(self._rules, type(node), "visit")  # type: ignore
+            visits = self._visits[type(node)] = _methods_for(self._rules, type(node), "visit")
         # Children are visited unless every rule declines them (a rule declining alone still sees them): a rule
         # without a visit_<Node> method wants them.
         return len(visits) < len(self._rules) or any([visit(node) is not False for visit in visits])
 
-    def on_leave(
+    def on_leave(  # type: ignore[override]  # (libcst types it as giving the node's own type: leave_* may not)
         self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
     ) -> Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]:
         if original_node in self._skipped or original_node in self._passed:
@@ -671,7 +671,7 @@ class _Traversal(libcst.CSTTransformer):
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
         leaves = self._leaves.get(type(original_node))
         if leaves is None:
-            leaves = self._leaves[type(original_node)] = _methods_for(self._rules, type(original_node),  # type: ignore
+            leaves = self._leaves[type(original_node)] = _methods_for(self._rules, type(original_node),
                                                                       "leave")
         for leave in leaves:
             result = leave(original_node, result)  # type: ignore[arg-type, assignment]
@@ -692,7 +692,7 @@ class _Traversal(libcst.CSTTransformer):
             for rule in self._rules:
                 rule.on_leave_attribute(original_node, attribute)
 
-    def _claim(self, original: libcst.CSTNode, result):  # type: ignore[no-untyped-def]
+    def _claim(self, original: libcst.CSTNode, result):
         """The innermost statement around an item for a person is the one its marker goes above."""
         start = self._statement_starts.pop()
         findings = [

@@ -135,7 +135,7 @@ def _run(
                 result.error = "; ".join(filter(None, (result.error, f"not written: {problem}")))
             if result.unreported_error is not None:  # (a script that does not parse has its report line)
                 report_stream.flush()
-                sys.stderr.write(report.error_line(result.path, result.error, error_palette) + "\n")
+                sys.stderr.write(report.error_line(result.path, result.unreported_error, error_palette) + "\n")
             tally.add(result)
             bar.advance()
     finally:

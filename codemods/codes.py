@@ -8,10 +8,11 @@ suppressions that suppress nothing) are documented in :data:`EXTRA_CODES`. Impor
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple, Type
+from typing import Dict, List, Tuple
 
 from air_migrate.driver_codes import DRIVER_CODES
-from air_migrate.rules import REGISTRY, Rule
+from air_migrate.rule_base import AnyRule
+from air_migrate.rules import REGISTRY
 
 EXTRA_CODES: Dict[str, str] = DRIVER_CODES
 """The codes of the driver (:mod:`air_migrate.engine`), which no rule reports."""
@@ -26,7 +27,7 @@ def documented_codes() -> List[Tuple[str, str]]:
     return sorted(table.items())
 
 
-def select_rules(select: str, ignore: str) -> List[Type[Rule]]:
+def select_rules(select: str, ignore: str) -> List[AnyRule]:
     """The rules ``--select``/``--ignore`` (comma-separated codes) leave, in code order."""
     chosen = [code.strip().upper() for code in select.split(",") if code.strip()] or sorted(REGISTRY)
     ignored = {code.strip().upper() for code in ignore.split(",") if code.strip()}

@@ -148,10 +148,10 @@ def _unique_anchors(before: Sequence[str], after: Sequence[str], alo: int, ahi: 
         entry = counts.setdefault(before[i], [0, 0, i, -1])
         entry[0] += 1
     for j in range(blo, bhi):
-        entry = counts.get(after[j])
-        if entry is not None:
-            entry[1] += 1
-            entry[3] = j
+        counted = counts.get(after[j])
+        if counted is not None:
+            counted[1] += 1
+            counted[3] = j
     pairs = sorted((i, j) for seen_a, seen_b, i, j in counts.values() if seen_a == 1 and seen_b == 1)
     # Longest increasing run of j over the pairs (patience sorting).
     tails: List[int] = []

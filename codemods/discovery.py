@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from typing import AbstractSet, Iterable, List, Sequence
+from typing import AbstractSet, Iterable, List, Sequence, Set
 
 SKIPPED_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".venv", "venv", "site-packages", "__pycache__",
                                  ".ipynb_checkpoints", ".tox", ".nox"})
@@ -23,7 +23,7 @@ def discover(paths: Sequence[str], excludes: Sequence[str] = (), prune: Abstract
     A file named on the command line is taken whatever its suffix (unless excluded); ``prune`` holds real paths of
     directories never to enter (the ``--out-dir`` a run writes into).
     """
-    found = set()
+    found: Set[str] = set()
     for path in paths:
         path = os.path.normpath(path)
         if _excluded(path, excludes):

@@ -180,7 +180,7 @@ def _report_unparsable(result: FileResult, source: SourceFile, cell: Cell, probl
 
 def _scan_file(
     result: FileResult, source: SourceFile, rule_types: Sequence[Type[Rule]], scratch: Dict[str, object]
-) -> "tuple[bool, Set[int]]":
+) -> "tuple[Set[int], Set[int]]":
     """Let each rule look at the whole file first (:meth:`Rule.scan_file`); record what they found in cells no rule
     parses. Returns the cells the rules want parsed whatever words they hold, and the cells of those findings."""
     wanted: Set[int] = set()
@@ -200,7 +200,7 @@ def _scan_file(
 
 def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[LineRule]) -> List[int]:
     """Report what the line rules find in every code cell; return the cells with a line to rewrite."""
-    fixes = []
+    fixes: List[int] = []
     if not line_rules:
         return fixes
     for cell in source.cells:

@@ -107,7 +107,7 @@ def changed_statements(module: libcst.Module, originals: FrozenSet[str]) -> str:
 
 
 def _codes(module: libcst.Module, prefix: Sequence[str], chunks: Sequence[str]) -> Dict[libcst.CSTNode, str]:
-    codes = dict(zip(module.body, [*prefix, *chunks]))
+    codes: Dict[libcst.CSTNode, str] = dict(zip(module.body, [*prefix, *chunks]))
     if module.header and module.body:
         del codes[module.body[0]]
     if module.footer and module.body:
@@ -119,7 +119,7 @@ def _holds(text: str, words: FrozenSet[str]) -> bool:
     return any(word in text for word in words)
 
 
-def _parses(chunks: Sequence[str], kept: set) -> bool:  # type: ignore[type-arg]
+def _parses(chunks: Sequence[str], kept: set) -> bool:
     """The statements left as text are Python, checked in batches of consecutive statements."""
     batch: List[str] = []
     size = 0
@@ -136,7 +136,7 @@ def _parses(chunks: Sequence[str], kept: set) -> bool:  # type: ignore[type-arg]
     return True
 
 
-def _assemble(parsed: libcst.Module, prefix_count: int, chunks: Sequence[str], kept: set) -> Optional[libcst.Module]:  # type: ignore[type-arg]
+def _assemble(parsed: libcst.Module, prefix_count: int, chunks: Sequence[str], kept: set) -> Optional[libcst.Module]:
     """The whole cell's module from the parse of the selected statements, or ``None`` when that parse does not
     give one statement per selected chunk, or would put lines after a statement that is not the cell's last."""
     if len(parsed.body) != prefix_count + len(kept):

@@ -26,7 +26,7 @@ from typing import (
 )
 
 import libcst
-from libcst.metadata import PositionProvider
+from libcst.metadata import PositionProvider, ProviderT
 
 if TYPE_CHECKING:
     from air_migrate.sources import SourceFile
@@ -131,7 +131,7 @@ class Rule(libcst.CSTTransformer):
     DESCRIPTION: ClassVar[str]
     REPORTS: ClassVar[Mapping[str, str]] = {}
     """The other codes this rule reports, each with its one line for ``--list-rules``."""
-    METADATA_DEPENDENCIES = (PositionProvider,)
+    METADATA_DEPENDENCIES: ClassVar[Collection[ProviderT]] = (PositionProvider,)
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
         super().__init__()
@@ -241,7 +241,7 @@ class LineRule:
 
 AnyRule = Union[Type[Rule], Type[LineRule]]
 REGISTRY: Dict[str, AnyRule] = {}
-R = TypeVar("R", Type[Rule], Type[LineRule])
+R = TypeVar("R", bound=AnyRule)
 
 
 def register(rule: R) -> R:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterator, Optional, Sequence, Tuple, Type
+from typing import Iterator, Optional, Sequence, Tuple
 
 from air_migrate.engine import migrate_file
 from air_migrate.results import FileResult, Record
-from air_migrate.rule_base import Rule
+from air_migrate.rule_base import AnyRule
 from air_migrate.sources import is_notebook
 
 
@@ -21,7 +21,7 @@ from air_migrate.sources import is_notebook
 class Options:
     """What the command line passes to the engine for every file."""
 
-    rules: Tuple[Type[Rule], ...]
+    rules: Tuple[AnyRule, ...]
     partial: bool = False
     fix_pip: bool = False
     pip_package: Optional[str] = None

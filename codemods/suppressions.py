@@ -63,7 +63,7 @@ def skips_file(data: bytes, source: SourceFile) -> bool:
         text_lines = cell.text.splitlines() if cell.text is not None else []
         for number in numbers:
             seen = comments is not None and number <= len(text_lines)
-            if not seen or number in comments:  # (a line of a string that reads so is not a comment)
+            if not seen or (comments is not None and number in comments):  # (a line of a string that reads so is not a comment)
                 return True
     return False
 

@@ -93,7 +93,7 @@ class MarkerInserter(libcst.CSTTransformer):
         self._header = node.header
         self._first = node.body[0] if node.body else None
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(self, original_node, updated_node):
         findings = self._marks.get(original_node)
         if findings:
             header = self._header if original_node is self._first else ()

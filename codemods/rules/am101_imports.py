@@ -29,7 +29,7 @@ from typing import Collection, Optional, Set, Tuple, Union
 
 import libcst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import BaseAssignment, ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from air_migrate.rule_base import CellContext, Rule, register
 from air_migrate.rules.guards import is_guard
@@ -96,7 +96,7 @@ class ImportsRule(Rule):
             if not isinstance(statement, libcst.SimpleStatementLine):
                 continue
             for small in statement.body:
-                if isinstance(small, libcst.ImportFrom) and not small.relative:
+                if isinstance(small, libcst.ImportFrom) and not small.relative and small.module is not None:
                     if get_full_name_for_node(small.module) == NEW and not isinstance(small.names, libcst.ImportStar):
                         for alias in small.names:
                             self._new_imports.add((get_full_name_for_node(alias.name) or "", _asname(alias)))
@@ -131,7 +131,7 @@ class ImportsRule(Rule):
         for alias, target in zip(updated_node.names, targets):
             names.append(alias.with_changes(name=_dotted(target)) if target else alias)
         new_node = updated_node.with_changes(names=names)
-        renamed = [(get_full_name_for_node(a.name), t) for a, t in zip(original_node.names, targets) if t]
+        renamed = [(get_full_name_for_node(a.name) or "", t) for a, t in zip(original_node.names, targets) if t]
         before = ", ".join(old for old, _ in renamed)
         after = ", ".join(target for _, target in renamed)
         self.report(original_node, f"import {before} -> import {after}", after=new_node)
@@ -143,6 +143,7 @@ class ImportsRule(Rule):
         self._import_depth -= 1
         if original_node.relative:
             return updated_node
+        assert original_node.module is not None  # (only a relative import has no module)
         old = get_full_name_for_node(original_node.module)
         if not _is_old(old):
             return updated_node
@@ -190,7 +191,7 @@ class ImportsRule(Rule):
                 break
             chain = parent
         dotted = (get_full_name_for_node(chain) or OLD).split(".")
-        bindings = set()
+        bindings: Set[BaseAssignment] = set()
         while dotted and not bindings:  # the longest prefix that is bound: serverless_gpu.data, then serverless_gpu
             bindings = set(scope[".".join(dotted)])
             dotted.pop()
@@ -243,7 +244,7 @@ class ImportsRule(Rule):
             return _no_counterpart(module)
         if isinstance(node, libcst.Import):
             for alias in node.names:
-                name = get_full_name_for_node(alias.name)
+                name = get_full_name_for_node(alias.name) or ""
                 if _is_old(name):
                     found = _no_counterpart(name) or _top_level_alias_problem(name, alias.asname)
                     if found is not None:

@@ -56,10 +56,10 @@ class KeywordsRule(Rule):
                 self.report(original_node, f"{alias[0]} is an alias of {alias[1]}: its keywords are not rewritten "
                             f"here; call {alias[1]}(...) directly, or rename them by hand", blocking=True)
                 return updated_node
-            old = [arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES]
-            callee = package_callee(self.get_metadata, original_node) if old else None
+            keywords = [arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES]
+            callee = package_callee(self.get_metadata, original_node) if keywords else None
             if callee is not None:
-                self.report(old[0], f"{old[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
+                self.report(keywords[0], f"{keywords[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
                             "it is left as it is: check what that function takes (num_accelerators=, "
                             "accelerator_type=?)", attention=True)
             return updated_node

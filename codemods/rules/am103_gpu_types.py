@@ -31,10 +31,10 @@ name's literal in a plain module is flagged ``review``: another module might imp
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple, cast
 
 import libcst
-from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider, PositionProvider, Scope, ScopeProvider
 
 from air_migrate.rule_base import FileScan, Rule, register
 from air_migrate.rules import bound_names
@@ -133,7 +133,7 @@ class GpuTypesRule(Rule):
                     if name in facts.bindings and isinstance(value, libcst.SimpleString):
                         state.literals[(name, bound_names.where(self, small))] = value
         skip = self.context.prefix_lines
-        for scope in {scope for scope in self.metadata[ScopeProvider].values() if scope is not None}:
+        for scope in {cast(Scope, scope) for scope in self.metadata[ScopeProvider].values() if scope is not None}:
             for access in scope.accesses:
                 node = access.node
                 if not isinstance(node, libcst.Name) or node.value not in facts.bindings:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Collection, Dict, Iterable, List, Optional, Tuple
+from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import libcst
 from libcst.helpers import get_full_name_for_node
@@ -33,6 +33,7 @@ from libcst.metadata import (
     ImportAssignment,
     ParentNodeProvider,
     PositionProvider,
+    Scope,
     ScopeProvider,
 )
 
@@ -123,7 +124,7 @@ class GpuTypeMembersRule(Rule):
                     self._decide(member, module_attribute=True)
 
     def _gpu_type_imports(self) -> Iterable[Tuple[Tuple[int, int], ImportAssignment]]:
-        scopes = {scope for scope in self.metadata[ScopeProvider].values() if scope is not None}
+        scopes = {cast(Scope, scope) for scope in self.metadata[ScopeProvider].values() if scope is not None}
         for scope in scopes:
             for assignment in scope.assignments:
                 if not isinstance(assignment, ImportAssignment) or not isinstance(assignment.node, libcst.ImportFrom):
@@ -317,7 +318,7 @@ class GpuTypeMembersRule(Rule):
 
     def _is_plain_module_level(self, node: libcst.ImportFrom) -> bool:
         statement = self._parent(node)
-        return self.context.kind == "python" and isinstance(
+        return self.context.kind == "python" and statement is not None and isinstance(
             self._parent(statement), libcst.Module
         )
 
@@ -361,7 +362,7 @@ class _ParentsOf(libcst.CSTVisitor):
         self._stack.pop()
 
 
-def _parents_within(module: libcst.Module, statements: List[libcst.BaseStatement]) -> Dict[libcst.CSTNode, libcst.CSTNode]:
+def _parents_within(module: libcst.Module, statements: Sequence[libcst.BaseStatement]) -> Dict[libcst.CSTNode, libcst.CSTNode]:
     """The parent of every node of ``statements`` (top-level statements of ``module``, whose parent it is)."""
     visitor = _ParentsOf(module)
     for statement in statements:

@@ -165,7 +165,7 @@ class _GlobalBindings(ast.NodeVisitor):
                 self.visit(expression)
         self._scope(node, node.body, _declared_global(node.body))
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._bind(node.name, node)
@@ -182,7 +182,7 @@ class _GlobalBindings(ast.NodeVisitor):
             if isinstance(child, ast.NamedExpr) and isinstance(child.target, ast.Name):
                 self._bind(child.target.id, child)
 
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension  # type: ignore
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -192,7 +192,7 @@ class _GlobalBindings(ast.NodeVisitor):
         for alias in node.names:
             self._bind((alias.asname or alias.name).split(".")[0], node)
 
-    visit_ImportFrom = visit_Import  # type: ignore[assignment]
+    visit_ImportFrom = visit_Import
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         if node.name:
@@ -205,7 +205,7 @@ class _GlobalBindings(ast.NodeVisitor):
             self._bind(name, node)
         self.generic_visit(node)
 
-    visit_MatchStar = visit_MatchAs  # type: ignore[assignment]
+    visit_MatchStar = visit_MatchAs
 
 
 def _plain_assignment(statement: ast.stmt) -> Tuple[Optional[str], Optional[ast.expr]]:
@@ -219,7 +219,7 @@ def _plain_assignment(statement: ast.stmt) -> Tuple[Optional[str], Optional[ast.
 
 
 def _literal(value: Optional[ast.expr]) -> Optional[Literal]:
-    if isinstance(value, ast.Constant) and type(value.value) in (str, int):
+    if isinstance(value, ast.Constant) and (type(value.value) is str or type(value.value) is int):
         return value.value
     return None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from typing import Any, Callable, Collection, Dict, FrozenSet, Optional
+from typing import Any, Callable, Collection, Dict, FrozenSet, Optional, Set
 
 import libcst
 from libcst.metadata import QualifiedName, ScopeProvider
@@ -83,7 +83,7 @@ def package_names(text: str) -> FrozenSet[str]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return frozenset()
-    names = set()
+    names: Set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.asname or alias.name.split(".")[0] for alias in node.names

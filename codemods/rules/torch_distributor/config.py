@@ -134,7 +134,7 @@ def read_constructor(
     count_arg = given.get("num_processes")
     cpu_argument = next((arg for arg in call.args if given.get("use_gpu") is arg), None)
     named = count_arg is not None and isinstance(count_arg.value, libcst.Name)
-    found = read_name(count_arg.value) if named else None  # type: ignore[union-attr, arg-type]
+    found = read_name(count_arg.value) if named else None  # type: ignore[union-attr]
     if found == NAME_AT_MODULE_LEVEL:
         if problems or use_gpu is None:
             return Reading(None, problems)

@@ -175,7 +175,7 @@ def _unread_mentions(text: Optional[str], masks: Dict[str, str], lines: List[str
         return
     index, line = next(((i, line) for i, line in enumerate(lines, start=1)
                         if line.strip() and not line.startswith("# DBTITLE")), (1, ""))
-    magic = _CELL_LANGUAGE.match(line.strip())
+    language = _CELL_LANGUAGE.match(line.strip())
     column = len(line) - len(line.lstrip()) + 1
     if _WRITEFILE.match(line):
         yield Finding(WRITEFILE, index, _WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
@@ -183,7 +183,7 @@ def _unread_mentions(text: Optional[str], masks: Dict[str, str], lines: List[str
                       "and have no decorator form, so air-migrate leaves it: move the training code into a function "
                       "of this notebook decorated with @distributed(...), or migrate the script by hand",
                       attention=True, blocking=True)
-    elif magic is not None and magic.group("magic") in _OTHER_LANGUAGES:
+    elif language is not None and language.group("magic") in _OTHER_LANGUAGES:
         shown = re.sub(r"^# MAGIC[ \t]*", "", line.strip()).split()[0]
         yield Finding(WRITEFILE, index, column, f"this {shown} cell mentions TorchDistributor; air-migrate does not "
                       "read other languages: check it by hand", attention=True)

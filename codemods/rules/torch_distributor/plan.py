@@ -376,9 +376,9 @@ class _Planner:
             _block(runs)
         definition = next((run.definition for run in runs if run.definition is not None), None)
         if definition is not None and _mentions(self.facts.unparsed, name):
-            function = definition.node
-            assert isinstance(function, libcst.FunctionDef)
-            self.plan.note(function.name, FUNCTION_USED, f"{name} also appears in a cell or magic air-migrate cannot "
+            defined = definition.node
+            assert isinstance(defined, libcst.FunctionDef)
+            self.plan.note(defined.name, FUNCTION_USED, f"{name} also appears in a cell or magic air-migrate cannot "
                            "read, where the decorator could break it: check it, then migrate by hand")
             _block(runs)
         configs = {run.construction.reading.config for run in runs

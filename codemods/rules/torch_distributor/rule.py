@@ -64,6 +64,7 @@ from air_migrate.sources import SourceFile
 _FACTS = "torch_distributor.facts"
 _PLAN = "torch_distributor.plan"
 _LEFT = Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel]
+_STATEMENT_LEFT = Union[libcst.BaseStatement, libcst.FlattenSentinel[libcst.BaseStatement], libcst.RemovalSentinel]
 
 
 @register
@@ -133,7 +134,9 @@ class TorchDistributorRule(Rule):
                           'accelerator_type="CPU"', review=True)
         return wanted
 
-    def on_leave(self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode) -> _LEFT:
+    def on_leave(  # type: ignore[override]  # (libcst types it as giving the node's own type: leave_* may not)
+        self, original_node: libcst.CSTNode, updated_node: libcst.CSTNode
+    ) -> _LEFT:
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, STATEMENTS) and not isinstance(result, libcst.RemovalSentinel):
             self._kept.add(self.ancestors[-2])
@@ -165,7 +168,7 @@ class TorchDistributorRule(Rule):
                     code=RANK_ZERO, after=indexed)
         return indexed
 
-    def leave_FunctionDef(self, original_node: libcst.FunctionDef, updated_node: libcst.FunctionDef) -> _LEFT:
+    def leave_FunctionDef(self, original_node: libcst.FunctionDef, updated_node: libcst.FunctionDef) -> _STATEMENT_LEFT:
         decorator = self._plan.decorators.get(original_node) if self._plan is not None else None
         if decorator is None:
             return updated_node
@@ -205,7 +208,7 @@ class TorchDistributorRule(Rule):
 
     def leave_SimpleStatementLine(
         self, original_node: libcst.SimpleStatementLine, updated_node: libcst.SimpleStatementLine
-    ) -> _LEFT:
+    ) -> _STATEMENT_LEFT:
         if self._plan is None:
             return updated_node
         gone = [index for index, small in enumerate(original_node.body) if self._goes(small)]
@@ -304,7 +307,7 @@ class TorchDistributorRule(Rule):
             carried.lines.extend(comment_lines(comments_in(*original.body, original.trailing_whitespace)))
         return libcst.RemoveFromParent()
 
-    def _with_carried_lines(self, result: _LEFT) -> _LEFT:
+    def _with_carried_lines(self, result: Union[libcst.CSTNode, libcst.FlattenSentinel]) -> _LEFT:
         carried = self._carry.pop(self.ancestors[-2], None)
         if carried is None:
             return result

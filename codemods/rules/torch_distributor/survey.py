@@ -16,12 +16,14 @@ The statements of the cell's prefix (earlier cells' imports) are recorded by the
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple, cast
 
 import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (
     Access,
+    Assignment,
+    BaseAssignment,
     BuiltinScope,
     GlobalScope,
     ImportAssignment,
@@ -82,11 +84,12 @@ class CellSurvey:
         """The distributor variables of functions, in the order they are met."""
 
     def run(self, module: libcst.Module) -> None:
-        scopes = {scope for scope in self._rule.metadata[ScopeProvider].values() if scope is not None}
+        scopes = {cast(Scope, scope) for scope in self._rule.metadata[ScopeProvider].values() if scope is not None}
         self._survey_classes(scopes)
         for var in self._locals:
             self._survey_local(var)
         global_scope = self._rule.get_metadata(ScopeProvider, module)
+        assert isinstance(global_scope, GlobalScope)  # (a module's scope is always its global scope)
         self._survey_bindings(global_scope)
         for scope in scopes:
             for access in scope.accesses:
@@ -136,12 +139,13 @@ class CellSurvey:
                                                 "tell whether it is pyspark's TorchDistributor: migrate it by hand")
         elif DEEPSPEED_DISTRIBUTOR in names:
             self._refer(
-                parent if constructed else node, DEEPSPEED,
+                parent if constructed and parent is not None else node, DEEPSPEED,
                 f"{shown} is not rewritten: decorate the training function with @distributed(num_accelerators=N) "
                 "(numGpus ranks on this node) and call deepspeed.initialize(..., config=...) inside it with the "
                 "deepspeedConfig; nnodes > 1 needs remote=True on Ray",
             )
         elif constructed:
+            assert isinstance(parent, libcst.Call)
             self._survey_construction(parent)
         elif isinstance(parent, libcst.Arg) and parent.value is node and parent.keyword is None \
                 and isinstance(self._parent(parent), libcst.ClassDef):
@@ -183,7 +187,7 @@ class CellSurvey:
         while scope is not None and not isinstance(scope, GlobalScope):
             assignments = list(scope.assignments[name.value]) if name.value in scope.assignments else []
             if assignments:
-                values = {self._count_value(assignment.node) for assignment in assignments}
+                values = {self._count_value(_bound_node(assignment)) for assignment in assignments}
                 return values.pop() if len(values) == 1 else None
             scope = scope.parent
         return NAME_AT_MODULE_LEVEL if scope is not None else None
@@ -224,6 +228,7 @@ class CellSurvey:
         index = next((i for i, statement in enumerate(body) if statement is line), None)
         if index is None:
             return None
+        assert small is not None and line is not None  # (``line`` is a statement of the block, so both were found)
         last = body[index + 1] if index + 1 < len(body) else line
         start = self._rule.get_metadata(PositionProvider, small).end
         end = self._rule.get_metadata(PositionProvider, last).end
@@ -248,7 +253,7 @@ class CellSurvey:
 
     def _survey_bindings(self, scope: GlobalScope) -> None:
         for assignment in scope.assignments:
-            if "." in assignment.name or not self._own(assignment.node):
+            if "." in assignment.name or not self._own(_bound_node(assignment)):
                 continue  # `import a.b` also binds `a.b`: only the name Python binds, `a`, is a variable
             self._bind(Var(assignment.name), assignment)
 
@@ -386,7 +391,7 @@ class CellSurvey:
             return None
         for access in scope.accesses[name.value]:
             if access.node is name and not _is_global(access):
-                return next(iter(access.referents)).node
+                return _bound_node(next(iter(access.referents)))
         return None
 
     # --- helpers -------------------------------------------------------------------------------------------------
@@ -423,6 +428,12 @@ class CellSurvey:
 def survey_cell(rule: Rule, module: libcst.Module, facts: FileFacts) -> None:
     """Add what ``module`` (the cell ``rule`` runs over, prefix included) holds to ``facts``."""
     CellSurvey(rule, facts).run(module)
+
+
+def _bound_node(assignment: BaseAssignment) -> libcst.CSTNode:
+    """The node that binds a name in a scope below the builtins' one, where every binding is an :class:`Assignment`."""
+    assert isinstance(assignment, Assignment)
+    return assignment.node
 
 
 def _is_global(access: Access) -> bool:
