@@ -38,6 +38,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         mlflow.end_run()
     mlflow.set_tracking_uri(None)
     fluent._active_experiment_id = None
+    os.environ.pop("MLFLOW_EXPERIMENT_ID", None)  # mlflow.set_experiment sets it for subprocesses: not the next test's
 
 
 def only_run(client: Any, experiment: str = "") -> Any:
