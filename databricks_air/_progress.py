@@ -25,13 +25,13 @@ def _watched(stream: TextIO) -> bool:
 def transient(note: Optional[str], stream: Optional[TextIO] = None) -> Iterator[None]:
     """Show ``note`` (if not ``None``) on ``stream`` (stderr) while the block runs, then erase it."""
     stream = sys.stderr if stream is None else stream
-    shown = note is not None and _watched(stream)
-    if shown:
-        stream.write(note)
+    shown = note if note is not None and _watched(stream) else None
+    if shown is not None:
+        stream.write(shown)
         stream.flush()
     try:
         yield
     finally:
-        if shown:
-            stream.write("\r" + " " * len(note) + "\r")  # a notebook's output area has no ANSI erase
+        if shown is not None:
+            stream.write("\r" + " " * len(shown) + "\r")  # a notebook's output area has no ANSI erase
             stream.flush()

@@ -33,7 +33,7 @@ class RebuildableError:
     """
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        cls = self._pickled_class()
+        cls: type = self._pickled_class()
         arguments = {name: self._constructor_argument(name) for name in _parameters(cls)}
         state = {key: value for key, value in vars(self).items() if key not in arguments}
         return (_rebuild, (cls, arguments), state or None)
@@ -55,7 +55,7 @@ class RebuildableError:
 
 
 @functools.lru_cache(maxsize=None)
-def _parameters(cls: type) -> Tuple[str, ...]:
+def _parameters(cls: Type[object]) -> Tuple[str, ...]:
     """The names of ``cls``'s constructor parameters that can be passed by keyword."""
     signature = inspect.signature(cls.__init__)
     keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

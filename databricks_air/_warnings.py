@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
+from typing import Optional
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -13,7 +15,7 @@ def user_stacklevel() -> int:
 
     Counted from the caller of this function (``stacklevel=1`` is the frame calling ``warnings.warn``).
     """
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
         frame = frame.f_back

@@ -18,7 +18,7 @@ so an error raised in a rank, a Ray actor or a DataLoader worker arrives whole.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from databricks.air._rebuildable import RebuildableError
 
@@ -210,6 +210,7 @@ class DistributedExecutionError(RebuildableError, RuntimeError):
     exit_codes: Mapping[int, Optional[int]]
     remote_traceback: Optional[str]
     log_dir: Optional[str]
+    _report: str
 
     def __init__(
         self,
@@ -268,7 +269,7 @@ def combine_with_rank_exception(
     It keeps the original's ``args`` and attributes, and its ``str()`` is ``message``. When the two classes cannot
     be combined (an incompatible layout, a final class), a plain :class:`DistributedExecutionError` is returned.
     """
-    report = dict(
+    report: Dict[str, Any] = dict(
         rank=rank, failures=failures, exit_codes=exit_codes, remote_traceback=remote_traceback, log_dir=log_dir
     )
     original_type = type(original)

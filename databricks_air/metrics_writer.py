@@ -264,7 +264,7 @@ def _make_owned_folder(where: str) -> Tuple[str, int]:
 def remove_orphaned_folders(where: str) -> List[str]:
     """Remove the writers' folders under ``where`` whose owner is gone (its lock is free); return them. Folders of
     other users cannot be opened, and stay; so does a folder whose lock is still being taken."""
-    removed = []
+    removed: List[str] = []
     try:
         names = [entry.name for entry in os.scandir(where) if entry.name.startswith(FOLDER_PREFIX)]
     except OSError:

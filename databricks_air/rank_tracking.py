@@ -215,6 +215,7 @@ def _end_run(original: Callable[..., Any], fluent: types.ModuleType) -> Callable
         try:
             original(status)
         finally:
+            assert _call_run_id is not None  # (bound only in a rank of a call with a run)
             os.environ[_RUN_ID] = _call_run_id  # MLflow's end_run unsets it, whichever run it ends
 
     return end_run
@@ -265,7 +266,7 @@ def _bind_lightning(module: types.ModuleType) -> None:
         original(self, *args, **kwargs)
 
     __init__._databricks_air = True  # type: ignore[attr-defined]
-    logger.__init__ = __init__
+    setattr(logger, "__init__", __init__)
 
 
 # --- metrics, batched ------------------------------------------------------------------------------------------------
@@ -292,6 +293,7 @@ def _buffer(fluent: types.ModuleType) -> rank_metrics.MetricBuffer:
             from databricks.air.metrics_writer import RankSender
 
             write = RankSender(address, os.environ.get(_variables.METRICS_KEY, ""), write_here)
+        assert _call_run_id is not None  # (metrics are buffered only in a rank of a call with a run)
         _metrics = rank_metrics.MetricBuffer(_call_run_id, write)
     return _metrics
 
@@ -420,12 +422,12 @@ def _retry_locked_batches() -> None:
     def log_batch_async(self: Any, *args: Any, **kwargs: Any) -> Any:
         queue = getattr(self, "_async_logging_queue", None)
         write = getattr(queue, "_logging_func", None)  # MLflow's queue calls it once per batch, in its threads
-        if write is not None and not getattr(write, "_databricks_air", False):
+        if queue is not None and write is not None and not getattr(write, "_databricks_air", False):
             queue._logging_func = _retrying(write)
         return original(self, *args, **kwargs)
 
     log_batch_async._databricks_air = True  # type: ignore[attr-defined]
-    AbstractStore.log_batch_async = log_batch_async
+    AbstractStore.log_batch_async = log_batch_async  # type: ignore[method-assign]  # (patched on purpose)
 
 
 def _retrying(write: Callable[..., Any]) -> Callable[..., Any]:

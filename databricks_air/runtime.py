@@ -170,8 +170,8 @@ def get_global_rank(group: Optional[Any] = None) -> int:
         import torch.distributed as dist
 
         return int(dist.get_rank(group))
-    dist = _initialized_dist()
-    return _checked("RANK", 0, None if dist is None else int(dist.get_rank()))
+    initialized = _initialized_dist()
+    return _checked("RANK", 0, None if initialized is None else int(initialized.get_rank()))
 
 
 def get_node_ip() -> str:

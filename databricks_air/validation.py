@@ -75,13 +75,13 @@ def check_timeout(timeout: Any) -> Optional[Union[int, float]]:
         raise RuntimeConfigurationError(
             "timeout must be a positive number of seconds, not NaN; pass timeout=None for no limit"
         )
-    if math.isinf(timeout) and timeout > 0:
+    if math.isinf(timeout) and timeout > 0:  # type: ignore[operator]  # (typeshed's numbers.Real has no __gt__)
         return None  # the same as None, which says it more plainly (and keeps the deadline arithmetic finite)
     if timeout <= 0:
         raise RuntimeConfigurationError(
             f"timeout must be a positive number of seconds, not {timeout!r}; pass timeout=None for no limit"
         )
-    return timeout
+    return timeout  # type: ignore[return-value]  # (any real number, as given)
 
 
 MAX_RESTARTS_LIMIT = 100
@@ -180,6 +180,7 @@ def normalize_names(
     given = gpu_type if gpu_type is not None else accelerator_type
     requested, legacy = parse_type(given)
     if gpu_type is not None and not legacy:
+        assert requested is not None  # (parsed from gpu_type, which is given)
         _warn(f'The gpu_type parameter is deprecated; use accelerator_type="{requested.value}" in {api} instead.')
     elif legacy:
         what = (
@@ -304,6 +305,7 @@ def resolve_local(count: Optional[int], requested: RequestedType) -> Tuple[int, 
             f"accelerator_type={_shown(requested)!r} was asked for, but this machine has {device!r}, which has "
             "no accelerator type of its own. Omit accelerator_type to run on it."
         )
+    assert attached is not None  # (the model is known)
     if isinstance(requested, AcceleratorType) and requested is not attached:
         raise GPUTypeError(
             f"accelerator_type={requested.value!r} does not match this machine ({available} x {device}, "

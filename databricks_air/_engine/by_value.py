@@ -96,7 +96,7 @@ def _rebuild_code(data: bytes, filename: str, lines: Optional[List[str]]) -> typ
     if lines and filename not in linecache.cache:
         # No modification time: linecache.checkcache keeps the entry, as it does a notebook cell's.
         linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
-    return marshal.loads(data)  # type: ignore[no-any-return]
+    return marshal.loads(data)
 
 
 # --- in the rank ------------------------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def pass_on_by_value() -> None:
 
     # Consulted by the pickler before its own handling of classes and functions, which only names them; copyreg's
     # table, which ForkingPickler.register fills, is never asked about classes or functions.
-    ForkingPickler.reducer_override = _main_by_value  # type: ignore[attr-defined]
+    ForkingPickler.reducer_override = _main_by_value  # type: ignore[method-assign]  # (patched on purpose)
 
 
 def _main_by_value(pickler: Any, obj: Any) -> Any:

@@ -170,7 +170,7 @@ def build_error(
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)
 
-    report = dict(
+    report: Dict[str, Any] = dict(
         rank=root.rank, failures=failures, exit_codes=exit_codes, remote_traceback=traceback_text, log_dir=log_dir
     )
     if isinstance(original, (RankExitError, DistributedExecutionError)):

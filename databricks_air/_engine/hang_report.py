@@ -119,7 +119,7 @@ def _waiting(snapshot: Optional[RankSnapshot]) -> List[Tuple[GroupPosition, Coll
     thread = snapshot.main_thread
     if pending and thread is not None and thread.frames and not any(_TORCH_DISTRIBUTED in f.file for f in thread.frames):
         return []  # torch has not marked the last one completed yet, but the rank has moved on
-    return pending  # type: ignore[return-value]
+    return pending
 
 
 def _in_rendezvous(snapshot: Optional[RankSnapshot]) -> bool:
@@ -225,8 +225,8 @@ def _verdict(views: Sequence[RankView], places: Dict[int, Optional[Frame]], now:
         for view in views:
             if view.rank in waiting_ranks:
                 continue
-            group = _group(view.snapshot, group_id)
-            if view.ended is not None or group is None or group.enqueued < seq:
+            position = _group(view.snapshot, group_id)
+            if view.ended is not None or position is None or position.enqueued < seq:
                 behind.append(view)
         if behind:
             label, op = waiting[0][1].label, waiting[0][2].op

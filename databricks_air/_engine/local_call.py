@@ -32,7 +32,7 @@ from databricks.air._engine.processes import LOOPBACK, free_port, kill_group
 from databricks.air._engine.rank_environ import coordinates, flight_recorder_environ, job_environ
 from databricks.air._engine.rank_server import NO_STORE_HERE
 from databricks.air._engine.rank_server_handle import RankServerHandle
-from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
+from databricks.air._engine.snapshot import GroupPosition, ProbeTarget, RankSnapshot
 from databricks.air.exceptions import (
     LocalExecutionTimeoutError,
     OutputCollectionError,
@@ -257,7 +257,7 @@ class LocalCall(Call):
                     ) -> Dict[int, Optional[Dict[str, Any]]]:
         return snapshot.ask_all_times([self._target(outcome) for outcome in ranks], since, timeout)
 
-    def _target(self, outcome: RankOutcome) -> snapshot.ProbeTarget:
+    def _target(self, outcome: RankOutcome) -> ProbeTarget:
         assert self.files is not None
         rank = outcome.rank
         return snapshot.ProbeTarget(rank, outcome.pid, self.files.stacks(rank), self.files.probe(rank))

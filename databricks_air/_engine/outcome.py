@@ -126,8 +126,8 @@ def read_record(source: Union[str, bytes, None], rank: int) -> Optional[RankReco
         return None
     try:
         if isinstance(source, bytes):
-            return load_value(io.BytesIO(source), f"the result of rank {rank}")  # type: ignore[no-any-return]
-        return read_value_file(source)  # type: ignore[no-any-return]
+            return load_value(io.BytesIO(source), f"the result of rank {rank}")
+        return read_value_file(source)
     except Exception as error:  # noqa: BLE001 - a value the caller cannot unpickle
         return RankRecord.unreadable(rank, error)
 

@@ -51,10 +51,10 @@ def wrap_destroy(c10d: types.ModuleType) -> None:
         return original(group)
 
     setattr(destroy_process_group, _WRAPPED_MARK, True)
-    c10d.destroy_process_group = destroy_process_group
+    setattr(c10d, "destroy_process_group", destroy_process_group)
     public = sys.modules.get(_PUBLIC_MODULE)
     if public is not None and getattr(public, "destroy_process_group", None) is original:
-        public.destroy_process_group = destroy_process_group
+        setattr(public, "destroy_process_group", destroy_process_group)
 
 
 def _groups_destroyed_by(c10d: types.ModuleType, group: Optional[Any]) -> Sequence[Any]:

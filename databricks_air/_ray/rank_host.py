@@ -22,7 +22,7 @@ from databricks.air._engine import rank as rank_entry
 from databricks.air._engine import snapshot
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.processes import free_port, kill_group, python_command
-from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
+from databricks.air._engine.snapshot import GroupPosition, ProbeTarget, RankSnapshot
 
 _PIPE_DRAIN_SECONDS = 2.0
 
@@ -125,7 +125,7 @@ class RankHost:
         """This node's clock (``time.time()``), for the caller to measure its offset."""
         return time.time()
 
-    def _target(self) -> Optional[snapshot.ProbeTarget]:
+    def _target(self) -> Optional[ProbeTarget]:
         if self._process is None or self._files is None or self._rank is None:
             return None
         files, rank = self._files, self._rank

@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call import Call, Launch
@@ -70,7 +70,7 @@ def answered(ray: Any, refs: List[Any], timeout: float) -> List[Any]:
     return ready
 
 
-def max_resources() -> Optional[Dict[str, float]]:
+def max_resources() -> Optional[Mapping[str, float]]:
     """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
     try:
         from ray._private.state import state
