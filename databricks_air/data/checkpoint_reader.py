@@ -122,7 +122,7 @@ class UCVolumeReader(FileSystemReader):
         with open(path, "rb") as stream:
             for item in items:
                 info = self.storage_data[item.storage_index]
-                window = _FileWindow(stream, info.offset, info.length, verifier)
+                window = cast(IO[bytes], _FileWindow(stream, info.offset, info.length, verifier))  # (torch asks for an IO)
                 try:
                     view = self.transforms.transform_load_stream(item, info.transform_descriptors or (), window)
                     if item.type == LoadItemType.BYTE_IO:
@@ -177,7 +177,7 @@ class _FileWindow(io.RawIOBase):
     the next block is read, rather than by reading the file a second time.
     """
 
-    def __init__(self, stream: IO[bytes], offset: int, length: int, verifier: FileVerifier) -> None:
+    def __init__(self, stream: io.BufferedIOBase, offset: int, length: int, verifier: FileVerifier) -> None:
         super().__init__()
         self._stream = stream
         self._offset = offset

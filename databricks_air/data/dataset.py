@@ -424,7 +424,7 @@ def _check_arguments(
         _check_int("min_free_bytes", min_free_bytes, minimum=0)
     if (rank is None) != (world_size is None):
         raise ValueError("pass both rank= and world_size=, or neither (then torch.distributed decides)")
-    if world_size is not None:
+    if rank is not None and world_size is not None:
         _check_int("world_size", world_size, minimum=1)
         _check_int("rank", rank, minimum=0)
         if rank >= world_size:

@@ -9,9 +9,11 @@ loop has received, not what the workers have prefetched.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 from torch.utils.data import get_worker_info
+
+from databricks.air.data.protocol import Checkpointable
 
 
 class Envelope:
@@ -44,7 +46,7 @@ class EnvelopingCollate:
     def __call__(self, samples: Any) -> Envelope:
         batch = self.collate(samples)
         info = get_worker_info()
-        dataset = info.dataset if info is not None else self.dataset
+        dataset: Any = info.dataset if info is not None else self.dataset
         skipped: List[str] = []
         log = getattr(dataset, "_skip_log", None)
         if log:
@@ -71,4 +73,5 @@ class RestoringWorkerInit:
         state = self.states.get(worker_id)
         if state is not None:
             info = get_worker_info()
-            info.dataset.load_state_dict(state)
+            assert info is not None  # (worker_init_fn runs in a DataLoader worker)
+            cast(Checkpointable, info.dataset).load_state_dict(state)  # (torch types it as any Dataset)

@@ -34,15 +34,12 @@ def fetch_in_order(
                 break
         while pending:
             item, future = pending.popleft()
-            following = next(source, _END)
-            if following is not _END:
+            for following in source:  # the next item, if there is one
                 pending.append((following, pool.submit(fetch, following)))
+                break
             error = future.exception()
             yield (item, error) if error is not None else (item, future.result())
     finally:
         for _, future in pending:
             future.cancel()
         pool.shutdown(wait=True)
-
-
-_END = object()

@@ -31,6 +31,7 @@ class Listing:
     root: str
     files: Tuple[str, ...]
     fingerprint: str = field(init=False)
+    _prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         digest = hashlib.sha256(f"{len(self.files)}\n".encode())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, cast
 
 import torch.utils.data
 from torch.utils.data._utils.collate import default_collate, default_convert
@@ -100,11 +100,12 @@ class DataLoader(torch.utils.data.DataLoader):
                 )
             )
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # (a _Delivery around torch's iterator)
         volume = self._volume
         if volume is None:
             return _Delivery(self, super().__iter__(), None, None)
         cursor = self._cursor
+        assert cursor is not None  # (attached with the volume dataset)
         current = volume._begin_pass(workers=self.num_workers)
         if self.num_workers == 0:
             cursor.serve(current)  # iter(dataset) below, or in a subclass's __iter__, reads it
@@ -141,7 +142,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._require_checkpointable("state_dict")
         per_worker = dict(self._per_worker)
         if self.num_workers == 0 and not per_worker:
-            per_worker[0] = self.dataset.state_dict()
+            per_worker[0] = cast(Checkpointable, self.dataset).state_dict()  # (checked just above)
         return {
             "version": _GENERIC_STATE_VERSION,
             "world_size": _world_size(),
@@ -175,12 +176,12 @@ class DataLoader(torch.utils.data.DataLoader):
         per_worker = {int(worker): state for worker, state in dict(state_dict.get("per_worker", {})).items()}
         if self.num_workers == 0:
             if 0 in per_worker:
-                self.dataset.load_state_dict(per_worker[0])
+                cast(Checkpointable, self.dataset).load_state_dict(per_worker[0])
         else:
             assert self._worker_init is not None
             self._worker_init.states = per_worker
             if self._iterator is not None:  # persistent workers hold the old state: start fresh ones
-                self._iterator._shutdown_workers()
+                self._iterator._shutdown_workers()  # type: ignore[attr-defined]  # (torch's worker iterator)
                 self._iterator = None
         self._per_worker = dict(per_worker)
 
@@ -233,7 +234,7 @@ class _Delivery:
 
     def __next__(self) -> Any:
         cursor, current = self._cursor, self._pass
-        if cursor is not None:
+        if cursor is not None and current is not None:
             if not cursor.holds(current):
                 raise RuntimeError(
                     "the DataLoader's position changed (load_state_dict or set_epoch) while this iteration was "
@@ -245,13 +246,13 @@ class _Delivery:
         try:
             batch = next(self._inner)
         except StopIteration:
-            if cursor is not None:
+            if cursor is not None and current is not None:
                 cursor.end(current)
             self._timer.pass_ended()
             raise
         if isinstance(batch, Envelope):
             batch = self._loader._receive(batch)
-        if cursor is not None:
+        if cursor is not None and current is not None:
             cursor.advance(current, current.layout.batch_size)
         self._timer.delivered(started)
         return batch

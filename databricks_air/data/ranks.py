@@ -48,7 +48,7 @@ class DatasetRank:
     """
 
     def __init__(self, rank: Optional[int], world_size: Optional[int]) -> None:
-        self._explicit = (rank, world_size) if rank is not None else None
+        self._explicit = (rank, world_size) if rank is not None and world_size is not None else None
         self._known = self._explicit or _grouped()
 
     def for_pass(self) -> Tuple[int, int, bool]:
