@@ -98,7 +98,7 @@ def tail_offset(path: str, lines: int) -> int:
     return 0
 
 
-def _byte_at(stream, offset: int) -> bytes:  # type: ignore[no-untyped-def]
+def _byte_at(stream, offset: int) -> bytes:
     stream.seek(offset)
     return stream.read(1)
 
@@ -233,7 +233,7 @@ def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional
 def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], minutes: Optional[float],
             whole_lines: bool, poll: float) -> Iterator[LogEvent]:
     pinned = attempt is not None
-    current = attempt if pinned else choose_attempt(run, -1)
+    current = attempt if attempt is not None else choose_attempt(run, -1)
     offset = _start(run, current, node, tail, minutes) if os.path.exists(run.folder.node_log(current, node)) else 0
     reader = _NodeReader(run, current, node, offset)
     first = status_path(run.state)

@@ -18,7 +18,7 @@ import os
 import struct
 import threading
 import time
-from typing import BinaryIO, Callable, Iterable, List, Optional, Tuple
+from typing import BinaryIO, Callable, Iterable, List, Optional, Protocol, Tuple
 
 from databricks.air import log_patterns
 
@@ -32,11 +32,19 @@ TIME_STEP = 0.25
 AlertHandler = Callable[[log_patterns.LogMatch], None]
 
 
+class Echo(Protocol):
+    """Where a node's output is copied besides its log: a binary stream, of which only these are used."""
+
+    def write(self, data: bytes) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class NodeOutput:
     """Feed it the node's output bytes as they come (from any one thread at a time)."""
 
     def __init__(self, log_path: str, times_path: str, secrets: Iterable[str] = (),
-                 on_alert: Optional[AlertHandler] = None, echo: Optional[BinaryIO] = None,
+                 on_alert: Optional[AlertHandler] = None, echo: Optional[Echo] = None,
                  name: str = "the log") -> None:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         self.name = name

@@ -35,7 +35,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple, TypeGuard
 
 from databricks.air._rebuildable import RebuildableError
 from databricks.air.workloads import paths
@@ -55,7 +55,7 @@ _NEW_PREFIX = ".new-"
 """A run's folder while it is being made (not yet a run: readers skip names that are not numbers)."""
 
 
-def disk_full(error: BaseException) -> bool:
+def disk_full(error: BaseException) -> TypeGuard[OSError]:
     """Whether ``error`` says that the file system is full (or the user's quota used up)."""
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 

@@ -419,7 +419,7 @@ class _Checker:
 
     def docker_image(self, value: Any) -> ContainerImage:
         path = "environment.docker_image"
-        section = self.keys(value, ROOT.child("environment").child("docker_image"), path)  # type: ignore[union-attr]
+        section = self.keys(value, ROOT.child("environment").child("docker_image"), path)  # type: ignore[union-attr, arg-type]
         url = self.string(section["url"], f"{path}.url")
         policy = self.string(section.get("tag_policy", "auto"), f"{path}.tag_policy")
         if policy not in ("auto", "latest"):
@@ -455,7 +455,7 @@ class _Checker:
             self.notes.append("code_source.type/snapshot is the older form; the current one is flat: "
                               "code_source: {root_path: ..., include_paths: [...]}")
             path = "code_source.snapshot"
-            section = self.keys(section["snapshot"], field.child("snapshot"), path)  # type: ignore[arg-type]
+            section = self.keys(section["snapshot"], field.child("snapshot"), path)  # type: ignore[arg-type, union-attr]
         else:
             path = "code_source"
             if section.get("root_path") is None:

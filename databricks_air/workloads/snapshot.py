@@ -388,7 +388,7 @@ def _git_archive(source: CodeSource, destination: str, field: str) -> None:
         arguments += ["--", *source.include_paths]
     where = f"{field}.include_paths" if source.include_paths else f"{field}.git"
     data = _git(pin.top, arguments, where, f"git archive of {pin.revision} failed", binary=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:  # type: ignore[arg-type]
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         if hasattr(tarfile, "data_filter"):
             archive.extractall(destination, filter=_inside_only)
         else:  # pragma: no cover - Python before 3.10.12 / 3.11.4
@@ -399,12 +399,12 @@ def _inside_only(member: tarfile.TarInfo, destination: str) -> Optional[tarfile.
     """tarfile's ``data`` filter, a member it refuses (a link leading out of the snapshot) left out, as
     :func:`survey` said, rather than failing the run."""
     try:
-        return tarfile.data_filter(member, destination)  # type: ignore[attr-defined]
-    except tarfile.FilterError:  # type: ignore[attr-defined]
+        return tarfile.data_filter(member, destination)
+    except tarfile.FilterError:
         return None
 
 
-def _git(folder: str, arguments: Sequence[str], path: str, failure: str,  # type: ignore[no-untyped-def]
+def _git(folder: str, arguments: Sequence[str], path: str, failure: str,
          binary: bool = False, stdin: Optional[bytes] = None, detail: bool = True):
     try:
         done = subprocess.run(["git", "-C", folder, *arguments], capture_output=True, timeout=300, input=stdin)

@@ -10,12 +10,13 @@ detached process (:mod:`.backends.local_supervisor`); a cluster backend can run 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import time
 import traceback
-from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
@@ -24,7 +25,7 @@ from databricks.air.workloads.backends.base import (
     AttemptLaunch, CannotPlace, NodeGroup, NodeLauncher, exit_codes_summary,
 )
 from databricks.air.workloads.node_environment import NodeVariables
-from databricks.air.workloads.node_output import NodeOutput
+from databricks.air.workloads.node_output import Echo, NodeOutput
 from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import Alert, Attempt, RunSpec, RunState
 from databricks.air.workloads.workload import SecretRef
@@ -59,7 +60,7 @@ class Supervisor:
 
     def __init__(self, folder: RunFolder, launcher: NodeLauncher, environ: Optional[Mapping[str, str]] = None,
                  wake: Optional[threading.Event] = None, woken_reason: Optional[str] = None,
-                 echo: Optional[Callable[[int, int], BinaryIO]] = None) -> None:
+                 echo: Optional[Callable[[int, int], Echo]] = None) -> None:
         self.folder = folder
         self.launcher = launcher
         self.environ = dict(os.environ if environ is None else environ)
@@ -84,7 +85,7 @@ class Supervisor:
         except BaseException as error:  # noqa: BLE001 - whatever happens, the run must not stay active
             traceback.print_exc(file=sys.stderr)
             if registry.disk_full(error):
-                where = f" while writing {error.filename}" if error.filename else ""  # type: ignore[attr-defined]
+                where = f" while writing {error.filename}" if error.filename else ""
                 reason = f"no space left on device{where}"
             else:
                 reason = str(error) if isinstance(error, WorkloadError) else (
@@ -157,8 +158,11 @@ class Supervisor:
         if self.launcher.reserves_nodes:
             self._update(message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
                                  f"{'CPU' if plan.cpu else 'GPU'}(s)")
-        return self.launcher.reserve(plan, deadline, self._cancel_asked,
-                                     lambda text: self._update(message=f"attempt {number}: {text}"))
+
+        def say(text: str) -> None:
+            self._update(message=f"attempt {number}: {text}")
+
+        return self.launcher.reserve(plan, deadline, self._cancel_asked, say)
 
     def _attempt_not_started(self, number: int, started: float, status: str, reason: str) -> Tuple[str, str]:
         """Record an attempt whose nodes were never had."""
@@ -188,7 +192,7 @@ class Supervisor:
         outputs = [
             NodeOutput(log_paths[node], self.folder.node_times(number, node),
                        secret_store.known_values(self.environ, secrets),
-                       on_alert=lambda found, node=node: self._alert(number, node, found),
+                       on_alert=functools.partial(self._alert, number, node),
                        echo=self.echo(number, node) if self.echo else None, name=f"node {node}'s log")
             for node in range(plan.num_nodes)
         ]
@@ -330,7 +334,7 @@ class Supervisor:
 
     # --- state -------------------------------------------------------------------------------------------------------
 
-    def _update(self, **changes: object) -> RunState:
+    def _update(self, **changes: Any) -> RunState:
         def change(state: RunState) -> None:
             for name in ("status", "message", "tracking_uri", "environment_path", "alerts"):
                 if name in changes:
@@ -338,9 +342,9 @@ class Supervisor:
             if "new_attempt" in changes:
                 state.attempts.append(vars(changes["new_attempt"]).copy())
             if "owner_update" in changes:
-                state.owner.update(changes["owner_update"])  # type: ignore[arg-type]
+                state.owner.update(changes["owner_update"])
             if "end_attempt" in changes and state.attempts:
-                status, ended, code, reason = changes["end_attempt"]  # type: ignore[misc]
+                status, ended, code, reason = changes["end_attempt"]
                 state.attempts[-1].update(status=status, ended_at=ended, exit_code=code, reason=reason)
                 state.owner.pop("attempt", None)
 

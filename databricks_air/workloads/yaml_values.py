@@ -85,7 +85,7 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._path: List[_Step] = []
 
-    def compose_node(self, parent: Optional[Node], index: Any) -> Node:  # type: ignore[override]
+    def compose_node(self, parent: Optional[Node], index: Any) -> Optional[Node]:
         """One node, with the checks above made on its event (before its children are read)."""
         if isinstance(index, ScalarNode):
             step: _Step = index.value

@@ -87,7 +87,7 @@ def is_keeper(pid: int) -> bool:
 
 def _reap() -> Dict[int, int]:
     """Collect every ended child: ``pid -> status`` as ``waitpid`` gives it."""
-    ended = {}
+    ended: Dict[int, int] = {}
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

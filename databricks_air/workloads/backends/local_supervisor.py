@@ -45,8 +45,8 @@ def main(run_folder: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: wake.set())  # first of all: a cancel may come at once
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    sys.stdout = _Unfailing(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = _Unfailing(sys.stderr)  # type: ignore[assignment]
+    sys.stdout = _Unfailing(sys.stdout)
+    sys.stderr = _Unfailing(sys.stderr)
     from databricks.air._engine.processes import become_subreaper
     from databricks.air.workloads.backends.local_nodes import LocalNodes
     from databricks.air.workloads.registry import RunFolder
