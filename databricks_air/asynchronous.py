@@ -167,21 +167,21 @@ class DistributedFunctionCall(concurrent.futures.Future):
             self._ended_event.set()
 
     def _ensure_running(self) -> None:
-        with self._condition:  # type: ignore[attr-defined]
-            pending = self._state == "PENDING"  # type: ignore[attr-defined]
+        with self._condition:
+            pending = self._state == "PENDING"
         if pending:
             self.set_running_or_notify_cancel()
 
     def _set_cancelled(self) -> None:
         # Future.cancel() refuses a running future; a call is cancelled while it runs, so its state is set here as
         # cancel() and set_running_or_notify_cancel() together set it, waiters and callbacks included.
-        with self._condition:  # type: ignore[attr-defined]
-            if self._state == FINISHED or self._state == CANCELLED_AND_NOTIFIED:  # type: ignore[attr-defined]
+        with self._condition:
+            if self._state == FINISHED or self._state == CANCELLED_AND_NOTIFIED:
                 return
-            self._state = CANCELLED_AND_NOTIFIED  # type: ignore[attr-defined]
-            for waiter in self._waiters:  # type: ignore[attr-defined]
+            self._state = CANCELLED_AND_NOTIFIED
+            for waiter in self._waiters:
                 waiter.add_cancelled(self)
-            self._condition.notify_all()  # type: ignore[attr-defined]
+            self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
 
 

@@ -76,7 +76,7 @@ def active_run_id() -> Optional[str]:
     active = fluent.active_run()
     if active is not None:
         return active.info.run_id
-    stacks = getattr(getattr(fluent, "_active_run_stack", None), "get_all_thread_values", lambda: {})()
+    stacks: Dict[Any, Any] = getattr(getattr(fluent, "_active_run_stack", None), "get_all_thread_values", lambda: {})()
     main = stacks.get(threading.main_thread().ident) or []
     return main[-1].info.run_id if main else None
 
