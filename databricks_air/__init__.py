@@ -37,6 +37,35 @@ def _runs_as_a_command_of_ours() -> bool:
                for flag, name in zip(interpreter_argv, interpreter_argv[1:]))
 
 
+def _warm_up_after_this_cell() -> None:
+    """A notebook's first call needs MLflow, seconds to import (:mod:`databricks.air._mlflow_warmup`): in a Jupyter or
+    IPython kernel, its import begins in the background once the cell that imports this package has ended (the rest
+    of the cell keeps the interpreter to itself, and the next cells come later); in a plain REPL, now. A script's
+    begins at decoration. Nothing more is imported here: this runs within ``import databricks.air``."""
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    events = getattr(get_ipython() if get_ipython is not None else None, "events", None)
+
+    def start(*_: Any) -> None:
+        if events is not None:
+            try:
+                events.unregister("post_run_cell", start)
+            except ValueError:
+                pass
+        from databricks.air import _mlflow_warmup
+
+        _mlflow_warmup.start()
+
+    if events is not None:
+        try:
+            events.register("post_run_cell", start)
+            return
+        except Exception:  # noqa: BLE001 - an IPython without these events: begin now
+            start()
+    elif hasattr(sys, "ps1") or sys.flags.interactive:
+        start()
+
+
 # Shown once per process tree of the user's (ranks inherit the variable, so they do not repeat it), never by our
 # own commands: `air list` is not a use of the API, and a workload's script that imports it says so in its log.
 if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
@@ -44,16 +73,15 @@ if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
     logging.getLogger("databricks.air").warning(
         "databricks.air is in Beta: its API may still change between releases."
     )
-    # A notebook's first call needs MLflow (seconds to import): in a kernel or a REPL, where the next cell comes
-    # later, it is imported in the background once this cell ends (a script's starts at decoration).
     if "IPython" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
-        from databricks.air import _mlflow_warmup
-
-        _mlflow_warmup.start_after_cell()
+        _warm_up_after_this_cell()
 
 
 def distributed(*args: Any, **kwargs: Any) -> Any:
     """Decorator factory; see :func:`databricks.air.launcher.distributed`. Imported lazily to keep imports light."""
+    from databricks.air import _mlflow_warmup
+
+    _mlflow_warmup.start()  # MLflow's import, in the background, begins before the launcher's
     try:
         from databricks.air.launcher import distributed as _distributed
     except ModuleNotFoundError as error:

@@ -10,7 +10,7 @@ thread does it ahead instead, started:
   still choose another one, and an unwanted ``mlflow.db`` would be left in its folder);
 * after the cell that imports ``databricks.air`` in a Jupyter or IPython kernel (at once in a plain REPL): the same
   (cells run one by one, so the next ones find it done). Only for the first import of a process tree (the one that
-  shows the Beta notice), never in our own commands.
+  shows the Beta notice), never in our own commands; ``databricks.air``'s ``__init__`` asks for it.
 
 Never in a rank (``RANK`` set), nor with tracking off (``DATABRICKS_AIR_MLFLOW=0``) or MLflow not installed. The
 call waits for it (:func:`wait`) within its deadline, so a call's timeout covers it.
@@ -92,30 +92,6 @@ def start(open_store: bool = True) -> None:
         _thread, _busy = thread, True
         if guarding:
             _set_importer(thread.ident)
-
-
-def start_after_cell() -> None:
-    """In a Jupyter or IPython kernel, start the warm-up once the running cell has ended, so that the rest of the
-    cell does not share the interpreter with it; in a plain REPL, now; elsewhere, not at all."""
-    ipython = sys.modules.get("IPython")
-    get_ipython = getattr(ipython, "get_ipython", None) if ipython is not None else None
-    shell = get_ipython() if get_ipython is not None else None
-    if shell is not None and getattr(shell, "events", None) is not None:
-
-        def after_cell(*_: object) -> None:
-            try:
-                shell.events.unregister("post_run_cell", after_cell)
-            except ValueError:
-                pass
-            start()
-
-        try:
-            shell.events.register("post_run_cell", after_cell)
-        except Exception:  # noqa: BLE001 - an IPython without these events: start now
-            start()
-        return
-    if hasattr(sys, "ps1") or sys.flags.interactive:
-        start()
 
 
 def wait(deadline: Optional[float]) -> bool:
