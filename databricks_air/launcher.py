@@ -31,7 +31,7 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from databricks.air import _log_folders as log_folders
-from databricks.air import _settings, _variables, compute, payload, tracking, validation
+from databricks.air import _settings, _variables, compute, payload, straggler_record, tracking, validation
 from databricks.air._engine import launch as engine
 from databricks.air._switches import switched_on
 from databricks.air.asynchronous import DistributedFunctionCall
@@ -323,7 +323,8 @@ class DistributedFunction:
             finally:
                 if folder is not None:  # from now on another call may prune it
                     folder.release()
-                    print(_closing_line(name, failure, status, time.monotonic() - started, call.cancelled_asked),
+                    print(_closing_line(name, failure, status, time.monotonic() - started, call.cancelled_asked,
+                                        call.stragglers),
                           file=sys.stderr, flush=True)
 
     def _run_params(self) -> Dict[str, Any]:
@@ -380,6 +381,7 @@ class DistributedFunction:
             restart_on=self.restart_on,
             on_restart=(lambda decision: run.keep_restart(decision, log_dir)) if run is not None else None,
             on_lease=lambda devices: setattr(call, "gpus", tuple(devices)),
+            on_stragglers=straggler_record.StragglerRecord(call, run),
         )
         return engine.run(launch)
 
@@ -420,9 +422,16 @@ def _argument_params(bound: inspect.BoundArguments) -> Dict[str, str]:
 
 
 def _closing_line(
-    name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool = False
+    name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool = False,
+    stragglers: Sequence[Any] = (),
 ) -> str:
-    """The call's last line of its own: how it ended, and after how long."""
+    """The call's last line of its own: how it ended, and after how long; and the straggler it had, if any."""
+    return _ending(name, failure, status, seconds, cancelled) + "".join(
+        f"; {straggler.clause()}" for straggler in {s.rank: s for s in stragglers}.values()
+    )
+
+
+def _ending(name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool) -> str:
     took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     if status == "FINISHED":
         return f"databricks.air: {name} finished in {took}"
