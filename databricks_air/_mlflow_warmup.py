@@ -176,6 +176,7 @@ def _remove_guard() -> None:
     _importing = None
     _imports_over.set()
     if _guarded is not None and builtins.__import__ is _guarded:  # else wrapped again since: ours passes through
+        assert _unguarded is not None  # (set and cleared with _guarded)
         builtins.__import__ = _unguarded
     _guarded = _unguarded = None
 
