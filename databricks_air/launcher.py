@@ -291,10 +291,11 @@ class DistributedFunction:
                 file=sys.stderr,
                 flush=True,
             )
-            if background:
+            if background and not _said_once.get("background"):  # once per process: a sweep submits dozens
+                _said_once["background"] = True
                 print(
-                    f"databricks.air: {name} runs in the background; its rank 0 output shows while a cell waits in "
-                    "result(), and every rank's output is in the log folder",
+                    f"databricks.air: {name} runs in the background; a submitted call's rank 0 output shows while a "
+                    "cell waits in its result(), and every rank's output is in its log folder",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -407,6 +408,9 @@ class _Prepared:
         """When the call must be over (``time.monotonic()``), or ``None`` without a timeout."""
         return None if timeout is None else self.started + timeout
 
+
+_said_once: Dict[str, bool] = {}
+"""Notes said once per process."""
 
 _PARAM_VALUE_CHARS = 250
 
