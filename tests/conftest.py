@@ -19,9 +19,17 @@ from databricks.air._engine import rank_server_handle
 from mlflow_fixtures import mlflow_server  # noqa: F401 - one server for the whole session (see mlflow_fixtures)
 
 
+_SHARED_CLUSTER = Path(__file__).resolve().parent / "ray"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     from databricks.air.compute import attached_gpu_count
 
+    # Under pytest-xdist (``-n``, ``--dist loadgroup``), the tests of one shared Ray cluster run on one worker: a
+    # cluster per worker would take the machine's cores from every other test.
+    for item in items:
+        if _SHARED_CLUSTER in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
     if attached_gpu_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
