@@ -190,6 +190,18 @@ def test_the_timeout_counts_from_the_call_so_slow_set_up_leaves_the_ranks_less(s
     assert time.monotonic() - began < 4 + GRACE  # not 2 s of set-up + 4 s for the ranks
 
 
+def test_a_rank_server_not_ready_within_the_timeout_fails_the_call_in_time_and_serves_the_next() -> None:
+    rank_server_handle.pool.close_all()  # the call starts a server: a new interpreter that imports torch (> 0.3 s)
+    started = rank_server_handle.pool.servers_started
+    fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=0.3)(ranks)
+    began = time.monotonic()
+    with pytest.raises(LocalExecutionTimeoutError, match="the rank server .* was not ready yet, so no rank was"):
+        fn.distributed()
+    assert time.monotonic() - began < 0.3 + GRACE
+    assert fn.with_overrides(timeout=120).distributed() == [0, 1]
+    assert rank_server_handle.pool.servers_started == started + 1  # the same server, once ready
+
+
 # --- the rank server starts the first call's ranks before it imports MLflow ----------------------------------------
 
 

@@ -88,7 +88,12 @@ class LocalCall(Call):
         server.notify({"op": "adopt", "call_dir": files.path})
         files.write_bytes(files.function, launch.function)
         files.write_bytes(files.arguments, launch.arguments)
-        server.wait_ready()
+        if not server.wait_ready(deadline):  # the call's timeout covers the server's start (its import of torch)
+            limit = f"its timeout of {launch.timeout:g} s" if launch.timeout is not None else "its deadline"
+            raise LocalExecutionTimeoutError(
+                f"{launch.name} did not finish within {limit}: the rank server (a new interpreter that imports torch) "
+                f"was not ready yet, so no rank was started. {launch.timeout_note}".rstrip()
+            )
         files.write_setup(
             RankSetup(
                 environ=self._common_environ(),

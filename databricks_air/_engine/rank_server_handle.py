@@ -74,14 +74,20 @@ class RankServerHandle:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def wait_ready(self) -> None:
-        """Block until the server has preloaded torch; raise if it died instead."""
+    def wait_ready(self, deadline: Optional[float] = None) -> bool:
+        """Block until the server has preloaded torch; raise if it died instead. ``deadline`` (``time.monotonic()``):
+        the call's; ``False`` if it came first (the server goes on starting, and a later call may use it)."""
         if self.ready:
-            return
-        self.socket.settimeout(_START_TIMEOUT_SECONDS)
+            return True
+        seconds, cut_short = _START_TIMEOUT_SECONDS, False
+        if deadline is not None and deadline - time.monotonic() < seconds:
+            seconds, cut_short = max(0.001, deadline - time.monotonic()), True
+        self.socket.settimeout(seconds)
         try:
             message = self.receive()
         except socket.timeout:
+            if cut_short:
+                return False
             message = None
         finally:
             self.socket.settimeout(None)
@@ -94,6 +100,7 @@ class RankServerHandle:
         for problem in message.get("problems", []):
             print(f"databricks.air rank server: {problem}", file=sys.stderr)
         self.ready = True
+        return True
 
     def notify(self, message: dict) -> None:
         """Send a message that has no answer (queued until the server reads it, even while it starts)."""
