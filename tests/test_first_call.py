@@ -420,3 +420,16 @@ def test_the_warm_up_is_not_started_twice(monkeypatch: pytest.MonkeyPatch) -> No
     _mlflow_warmup.start()
     _mlflow_warmup.start(open_store=False)
     assert _mlflow_warmup._thread is first
+
+
+def test_the_data_loaders_run_lookup_passes_over_a_half_imported_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from databricks.air.data import metrics
+
+    half = types.ModuleType("mlflow")
+    half.__spec__ = types.SimpleNamespace(_initializing=True)  # type: ignore[assignment]
+    monkeypatch.setitem(sys.modules, "mlflow", half)
+    monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    assert metrics.mlflow_sink() is None  # not an AttributeError from the module the warm-up is making

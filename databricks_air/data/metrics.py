@@ -34,8 +34,9 @@ def mlflow_sink() -> Optional[Sink]:
     if switched_off(_variables.MLFLOW):
         return None
     run_id = None
-    if "mlflow" in sys.modules:  # never import MLflow (seconds) just to find out there is no run
-        active = sys.modules["mlflow"].active_run()
+    mlflow = sys.modules.get("mlflow")  # never import MLflow (seconds) just to find out there is no run
+    if mlflow is not None and not getattr(getattr(mlflow, "__spec__", None), "_initializing", False):
+        active = mlflow.active_run()  # (while a thread still imports it, no run can have been started)
         run_id = active.info.run_id if active is not None else None
     run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
