@@ -18,12 +18,39 @@ the reference has no local ``submit``: a sweep written with it is portable only 
 
 from __future__ import annotations
 
-import concurrent.futures
 import enum
+import importlib
+import os
+import sys
+import sysconfig
 import threading
 import time
-from concurrent.futures._base import CANCELLED_AND_NOTIFIED, FINISHED  # the states Future itself uses
-from typing import Any, Iterable, List, Optional, Sequence, TextIO
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, TextIO
+
+
+def _from_the_standard_library(name: str) -> ModuleType:
+    """Import ``name`` from Python's own library even where the script's folder (first on ``sys.path``) holds a
+    file of that name: a user's ``concurrent.py`` beside the notebook must neither run nor hide ``concurrent``."""
+    if name in sys.modules:
+        return sys.modules[name]
+    paths = sysconfig.get_paths()
+    library = [paths["stdlib"], paths["platstdlib"], os.path.join(paths["platstdlib"], "lib-dynload")]
+    saved = sys.path[:]
+    sys.path[:] = [folder for folder in library if os.path.isdir(folder)]
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+
+
+_futures = _from_the_standard_library("concurrent.futures")
+_states = _from_the_standard_library("concurrent.futures._base")
+CANCELLED_AND_NOTIFIED, FINISHED = _states.CANCELLED_AND_NOTIFIED, _states.FINISHED  # the states Future itself uses
+if TYPE_CHECKING:
+    from concurrent.futures import Future as _Future
+else:
+    _Future = _futures.Future
 
 __all__ = ["CallStatus", "DistributedFunctionCall", "print_runs", "stop"]
 
@@ -40,7 +67,7 @@ class CallStatus(str, enum.Enum):
     CANCELLED = "CANCELLED"
 
 
-class DistributedFunctionCall(concurrent.futures.Future):
+class DistributedFunctionCall(_Future):
     """One call of a ``@distributed`` function, running in the background (``fn.submit(...)``).
 
     ``result(timeout=None)`` is every rank's value in rank order, or raises the exception ``fn.distributed(...)``
