@@ -42,9 +42,9 @@ def _warm_up_after_this_cell() -> None:
     IPython kernel, its import begins in the background once the cell that imports this package has ended (the rest
     of the cell keeps the interpreter to itself, and the next cells come later); in a plain REPL, now. A script's
     begins at decoration. Nothing more is imported here: this runs within ``import databricks.air``."""
-    ipython = sys.modules.get("IPython")
-    get_ipython = getattr(ipython, "get_ipython", None)
-    events = getattr(get_ipython() if get_ipython is not None else None, "events", None)
+    from databricks.air import _notebook  # small: sys and typing only
+
+    events = getattr(_notebook.ipython_shell(), "events", None)
 
     def start(*_: Any) -> None:
         if events is not None:

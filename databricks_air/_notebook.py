@@ -10,6 +10,13 @@ import sys
 from typing import Any, Dict, Optional
 
 
+def ipython_shell() -> Optional[Any]:
+    """The running IPython shell (a Jupyter kernel's, or a terminal IPython's), else ``None``; never imports IPython:
+    a process that runs IPython has imported it already."""
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get_ipython() if get_ipython is not None else None
+
+
 def kernel_shell() -> Optional[Any]:
     """The IPython shell when this process is a Jupyter kernel, else ``None`` (never imports IPython itself)."""
     if "ipykernel" not in sys.modules:
