@@ -84,6 +84,7 @@ def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
     return environ
 
 
+@pytest.mark.slow
 def test_site_builds_strictly(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
@@ -128,6 +129,7 @@ def test_blocks_follow_the_convention(page: Path) -> None:
     assert not problems, f"{_page_id(page)}:\n" + "\n".join(f"  {problem}" for problem in problems)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(PAGE_TIMEOUT + 60)
 @pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
 def test_page_examples_run(page: Path, tmp_path: Path) -> None:

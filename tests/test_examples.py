@@ -12,6 +12,7 @@ import pytest
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_mlp.py"
 
 
+@pytest.mark.slow
 def test_train_mlp_runs_and_logs_every_epoch(tmp_path: Path) -> None:
     mlflow = pytest.importorskip("mlflow")
     env = {**os.environ, "DATABRICKS_AIR_MLFLOW": "1", "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU"}

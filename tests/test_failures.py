@@ -23,6 +23,7 @@ def fails_on_rank_one(lines: int = 60) -> str:
     return "ok"
 
 
+@pytest.mark.slow
 def test_a_rank_exception_is_caught_as_its_own_class_and_as_runtime_error() -> None:
     with pytest.raises(ValueError) as caught:
         cpu2(fails_on_rank_one).distributed()

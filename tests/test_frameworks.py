@@ -76,6 +76,7 @@ def load_example_module(name: str) -> ModuleType:
 
 
 # Loading in this one process is the point; torch warns that it assumes so even when asked with no_dist=True.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 def test_fsdp_example_shards_the_model_and_its_checkpoint_restores_it(tmp_path: Path) -> None:
     import torch
@@ -100,6 +101,7 @@ def test_fsdp_example_shards_the_model_and_its_checkpoint_restores_it(tmp_path: 
     assert isinstance(model.project_in.weight, torch.nn.Parameter)
 
 
+@pytest.mark.slow
 def test_deepspeed_example_trains_with_zero_stage_2(tmp_path: Path) -> None:
     pytest.importorskip("deepspeed", reason="install the 'deepspeed' extra (see the README)")
     results = run_example("train_deepspeed", tmp_path)
@@ -107,6 +109,7 @@ def test_deepspeed_example_trains_with_zero_stage_2(tmp_path: Path) -> None:
     assert all(r["zero_stage"] == 2 for r in results)
 
 
+@pytest.mark.slow
 def test_ddp_notebook_converges_in_a_real_kernel_with_identical_replicas(
     tmp_path: Path, kernel_specs: Any  # noqa: F811
 ) -> None:

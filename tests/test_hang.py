@@ -194,6 +194,7 @@ def _snapshot_folder(error_text: str) -> Path:
     return Path(line.split(": ", 1)[1])
 
 
+@pytest.mark.slow
 def test_the_timeout_names_the_rank_behind_and_where_it_is(marks: Path) -> None:
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=10)(sleeps_before_second_all_reduce)
     with pytest.raises(LocalExecutionTimeoutError) as caught:
@@ -225,6 +226,7 @@ def test_an_interrupt_prints_the_report_before_it_propagates(marks: Path, capfd:
     assert _ranks_gone(marks)
 
 
+@pytest.mark.slow
 def test_a_rank_holding_the_gil_is_placed_by_its_stack(marks: Path) -> None:
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(spins_holding_the_gil)
     _when(_both_in_position(marks), _interrupt)
@@ -281,6 +283,7 @@ def test_the_rank_that_raised_is_the_root_cause_and_the_peer_a_consequence(marks
     assert _ranks_gone(marks)
 
 
+@pytest.mark.slow
 def test_a_stall_warns_once_and_the_call_goes_on(marks: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1.5")
@@ -294,6 +297,7 @@ def test_a_stall_warns_once_and_the_call_goes_on(marks: Path, monkeypatch: pytes
     assert (Path(call.last_log_dir) / "stall_1" / "summary.txt").exists()
 
 
+@pytest.mark.slow
 def test_ranks_that_diverged_are_said_so_while_the_call_runs(marks: Path, monkeypatch: pytest.MonkeyPatch,
                                                               capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "10")
@@ -319,6 +323,7 @@ def test_ranks_that_diverged_are_said_so_while_the_call_runs(marks: Path, monkey
     assert _ranks_gone(marks)
 
 
+@pytest.mark.slow
 def test_ranks_busy_outside_collectives_are_no_stall(marks: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1")
@@ -339,6 +344,7 @@ def test_the_flight_recorder_is_on_and_dumps_into_the_log_folder(monkeypatch: py
     assert call.distributed()[0][0] == ""
 
 
+@pytest.mark.slow
 def test_no_snapshot_when_turned_off(marks: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_SNAPSHOT_SECONDS", "0")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=5)(sleeps_before_second_all_reduce)
@@ -347,6 +353,7 @@ def test_no_snapshot_when_turned_off(marks: Path, monkeypatch: pytest.MonkeyPatc
     assert "Where the ranks were" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_tracked_call_keeps_the_snapshot_and_names_the_suspect(
     marks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:

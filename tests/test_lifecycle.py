@@ -129,6 +129,7 @@ CALLER = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["plain", "fork-first"])
 def test_when_the_caller_is_killed_every_rank_and_child_is_gone_within_5_s(tmp_path: Path, variant: str) -> None:
     marker = uuid.uuid4().hex
@@ -163,6 +164,7 @@ def test_when_the_caller_is_killed_every_rank_and_child_is_gone_within_5_s(tmp_p
             process.kill()
 
 
+@pytest.mark.slow
 def test_concurrent_calls_from_two_processes_do_not_collide(run_script) -> None:
     script = """
         import os, sys
@@ -195,6 +197,7 @@ def test_concurrent_calls_from_two_processes_do_not_collide(run_script) -> None:
         assert "DONE" in out
 
 
+@pytest.mark.slow
 def test_concurrent_calls_from_two_threads_of_one_process() -> None:
     def reduce(tag: int) -> float:
         import torch
@@ -266,6 +269,7 @@ def test_a_users_file_shadowing_a_module_torch_imports_is_never_run(tmp_path: Pa
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_caller_killed_while_the_rank_server_starts_leaves_no_files(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -51,6 +51,7 @@ def train_with_mlflow_logger() -> Dict[str, Any]:
     return {"logger": logger.run_id, "own": own.run_id if trainer.global_rank == 0 else None}
 
 
+@pytest.mark.slow
 def test_lightnings_mlflow_logger_logs_into_the_calls_run(store: str) -> None:
     pytest.importorskip("pytorch_lightning")
     import mlflow

@@ -278,6 +278,7 @@ def alive(pid: int) -> bool:
 # --- tests ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rank_0_prints_show_in_the_calling_cell_in_order_and_rank_1_prints_do_not(
     tmp_path: Path, marker: str, kernel_specs: KernelSpecManager
 ) -> None:
@@ -329,6 +330,7 @@ def test_rank_0_prints_show_in_the_calling_cell_in_order_and_rank_1_prints_do_no
     assert wait_until(lambda: not processes_with_marker(marker), 10), processes_with_marker(marker)
 
 
+@pytest.mark.slow
 def test_interrupting_the_kernel_stops_every_rank_and_the_next_cell_runs(
     tmp_path: Path, marker: str, kernel_specs: KernelSpecManager
 ) -> None:
@@ -389,6 +391,7 @@ def test_interrupting_the_kernel_stops_every_rank_and_the_next_cell_runs(
     assert [r.info.status for r in runs] == ["KILLED", "FINISHED"]
 
 
+@pytest.mark.slow
 def test_when_the_kernel_is_killed_every_process_it_started_is_gone_within_5_s(
     tmp_path: Path, marker: str, kernel_specs: KernelSpecManager
 ) -> None:
@@ -425,6 +428,7 @@ def test_when_the_kernel_is_killed_every_process_it_started_is_gone_within_5_s(
     print(f"every process gone {gone_after:.2f} s after the kernel was killed")
 
 
+@pytest.mark.slow
 def test_the_quickstart_notebook_runs_on_two_cpu_ranks(
     tmp_path: Path, marker: str, kernel_specs: KernelSpecManager
 ) -> None:

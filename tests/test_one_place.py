@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import re
 from pathlib import Path
@@ -87,6 +89,7 @@ def users_of(names: Set[str]) -> Set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_process_groups_parent_death_and_ports_are_handled_in_processes_py() -> None:
     assert users_of({"killpg", "prctl", "getppid"}) == {"databricks_air/_engine/processes.py"}
     defined = {

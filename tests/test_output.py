@@ -73,6 +73,7 @@ class _TimedStream(io.StringIO):
         return super().write(text)
 
 
+@pytest.mark.slow
 def test_output_arrives_while_the_rank_is_still_running(monkeypatch: pytest.MonkeyPatch) -> None:
     def slow() -> None:
         print("started", flush=True)

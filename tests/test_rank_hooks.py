@@ -67,6 +67,7 @@ def test_a_rank_stopped_by_the_launcher_ends_its_hooks_then_dies_by_sigterm(prob
     assert "rank 0: stopped by the launcher, killed by SIGTERM" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_rank_stuck_in_native_code_ends_its_hooks_at_sigterm(probe: Path) -> None:
     def stuck() -> None:
         signal.sigwait([signal.SIGUSR2])  # blocks in C: the main thread never runs a Python signal handler

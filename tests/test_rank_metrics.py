@@ -89,6 +89,7 @@ def test_a_failed_batch_is_kept_in_order_and_written_at_the_next_flush(capsys: p
     assert store.points == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.slow
 def test_what_cannot_be_written_at_the_end_is_counted_on_stderr(capsys: pytest.CaptureFixture) -> None:
     store = Store(failures=100)
     buffer = MetricBuffer("run", store.write, interval=60)

@@ -71,6 +71,7 @@ def all_gone(handles: List[RankServerHandle]) -> bool:
     return all(handle.process.poll() is not None for handle in handles)
 
 
+@pytest.mark.slow
 def test_calls_at_once_get_servers_of_their_own_and_the_next_round_finds_them_all_warm() -> None:
     pool = rank_server_handle._Pool()
     environ = dict(os.environ)
@@ -93,6 +94,7 @@ def test_calls_at_once_get_servers_of_their_own_and_the_next_round_finds_them_al
     assert all_gone(first)
 
 
+@pytest.mark.slow
 def test_extra_idle_servers_expire_the_baseline_stays_and_a_lost_one_is_replaced_early(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -130,6 +132,7 @@ def test_extra_idle_servers_expire_the_baseline_stays_and_a_lost_one_is_replaced
     assert all_gone(first + second)
 
 
+@pytest.mark.slow
 def test_nothing_is_left_running_after_close_all() -> None:
     pool = rank_server_handle._Pool()
     environ = dict(os.environ)
@@ -201,6 +204,7 @@ def parent_pid() -> int:
     return os.getppid()  # the rank server that forked this rank
 
 
+@pytest.mark.slow
 def test_a_second_round_of_four_calls_at_once_starts_no_rank_server() -> None:
     fn = distributed(accelerator_type="CPU", num_accelerators=1, timeout=180)(parent_pid)
     pool = rank_server_handle.pool

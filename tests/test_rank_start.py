@@ -166,6 +166,7 @@ PICKLED_AGAIN = """
 """
 
 
+@pytest.mark.slow
 def test_classes_and_functions_of_the_callers_script_can_be_pickled_again_in_the_rank(run_script) -> None:
     done = run_script(PICKLED_AGAIN, timeout=240)
     assert done.returncode == 0, done.stderr
@@ -230,6 +231,7 @@ SOURCE = """
 """
 
 
+@pytest.mark.slow
 def test_code_of_the_callers_script_has_its_file_and_source_in_the_rank(run_script) -> None:
     done = run_script(SOURCE)
     assert done.returncode == 0, done.stderr
@@ -261,6 +263,7 @@ def lightning_ranks() -> tuple:
     return rank_zero_only.rank, int(os.environ["RANK"])
 
 
+@pytest.mark.slow
 def test_lightning_is_not_preloaded_since_it_reads_the_rank_at_import(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -270,6 +273,7 @@ def test_lightning_is_not_preloaded_since_it_reads_the_rank_at_import(
     assert "not preloading pytorch_lightning: it reads the rank (RANK, LOCAL_RANK) when imported" in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_preload_that_imports_lightning_makes_ranks_start_as_new_interpreters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -332,6 +336,7 @@ NOTEBOOK_FAILURE = """
 """
 
 
+@pytest.mark.slow
 def test_notebook_code_is_pickled_again_and_has_its_source_in_the_rank(
     tmp_path: Path, kernel_specs: Any  # noqa: F811
 ) -> None:

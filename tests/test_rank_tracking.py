@@ -34,6 +34,7 @@ def history(client: Any, run_id: str, key: str) -> List[Any]:
 # --- the call's run survives the fluent run stack -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_with_block_then_plain_logging_leave_one_run_with_every_metric(store: str) -> None:
     def block_then_plain() -> str:
         import mlflow
@@ -52,6 +53,7 @@ def test_a_with_block_then_plain_logging_leave_one_run_with_every_metric(store: 
     assert {"rank_0", "rank_1"} <= set(run.data.params)
 
 
+@pytest.mark.slow
 def test_no_rank_ends_the_calls_run(store: str) -> None:
     def end_it_every_way() -> List[str]:
         import mlflow
@@ -73,6 +75,7 @@ def test_no_rank_ends_the_calls_run(store: str) -> None:
     assert {"first", "second"} <= set(run.data.metrics)
 
 
+@pytest.mark.slow
 def test_starting_a_run_while_the_calls_run_is_active_returns_it(store: str) -> None:
     def start_inside() -> bool:
         import mlflow
@@ -87,6 +90,7 @@ def test_starting_a_run_while_the_calls_run_is_active_returns_it(store: str) -> 
     assert run.data.tags["stage"] == "fit" and {"before", "inside"} <= set(run.data.metrics)
 
 
+@pytest.mark.slow
 def test_nested_runs_are_children_of_the_calls_run(store: str) -> None:
     def child_on_rank_0() -> None:
         import mlflow
@@ -108,6 +112,7 @@ def test_nested_runs_are_children_of_the_calls_run(store: str) -> None:
     assert call.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_thread_of_a_rank_logs_into_the_calls_run(store: str) -> None:
     def from_a_thread() -> None:
         import threading
@@ -126,6 +131,7 @@ def test_a_thread_of_a_rank_logs_into_the_calls_run(store: str) -> None:
 transformers = importlib.util.find_spec("transformers")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(transformers is None, reason="needs transformers")
 def test_hf_trainer_reporting_to_mlflow_logs_into_the_calls_run_and_leaves_it_running(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -194,6 +200,7 @@ def assert_everything_landed(client: Any, experiment: str = "", steps: int = STE
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_every_point_lands_in_every_logging_mode(store: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in MODES[mode].items():
@@ -202,6 +209,7 @@ def test_every_point_lands_in_every_logging_mode(store: str, mode: str, monkeypa
     assert assert_everything_landed(mlflow.MlflowClient(store)).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is_free(store: str) -> None:
     import sqlite3
     import threading
@@ -251,6 +259,7 @@ def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is
     assert len(history(client, only_run(client).info.run_id, "loss")) == 2 * STEPS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["default", "buffered"])
 def test_what_a_rank_logged_lands_when_another_rank_fails(
     store: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -294,6 +303,7 @@ def log_then_hang(steps: int) -> None:
         dist.recv(torch.zeros(1), src=0)
 
 
+@pytest.mark.slow
 def test_what_was_logged_before_the_timeout_lands_also_from_ranks_stuck_in_a_collective(
     store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -306,11 +316,13 @@ def test_what_was_logged_before_the_timeout_lands_also_from_ranks_stuck_in_a_col
     assert len(history(client, run.info.run_id, "loss")) == 2 * STEPS
 
 
+@pytest.mark.slow
 def test_every_point_lands_on_a_real_mlflow_server(mlflow_server: str, served: str) -> None:
     assert cpu2(log_and_return).distributed(STEPS) == ["", ""]
     assert assert_everything_landed(mlflow.MlflowClient(mlflow_server), served).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_what_a_rank_logged_lands_on_a_real_mlflow_server_when_another_rank_fails(
     mlflow_server: str, served: str
 ) -> None:
@@ -362,6 +374,7 @@ def logging_mode() -> Dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_metrics_are_batched_by_default_and_bad_ones_still_fail_at_the_call(store: str) -> None:
     (mode, _) = cpu2(logging_mode).distributed()
     assert mode["batched"] and mode["buffered"] and mode["through the caller"]
@@ -369,6 +382,7 @@ def test_metrics_are_batched_by_default_and_bad_ones_still_fail_at_the_call(stor
     assert mode["buffering"] == "1" and mode["registry"] == store
 
 
+@pytest.mark.slow
 def test_a_user_who_sets_mlflows_variables_keeps_their_choice(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "5")
@@ -379,6 +393,7 @@ def test_a_user_who_sets_mlflows_variables_keeps_their_choice(store: str, monkey
     assert mode["buffering"] == "5" and mode["registry"] == store + "?registry"
 
 
+@pytest.mark.slow
 def test_params_stay_synchronous_so_a_conflict_fails_where_it_is_logged(store: str) -> None:
     def conflicting_param() -> None:
         import mlflow
@@ -397,6 +412,7 @@ def test_params_stay_synchronous_so_a_conflict_fails_where_it_is_logged(store: s
 # --- warm calls stay warm -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ranks_of_a_later_call_start_with_mlflow_and_its_store_loaded(store: str) -> None:
     def loaded() -> List[bool]:
         return [name in sys.modules for name in ("mlflow", "mlflow.store.tracking.sqlalchemy_store")]

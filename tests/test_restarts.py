@@ -180,6 +180,7 @@ def _fail_slowly() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_the_timeout_covers_every_attempt() -> None:
     function = distributed(accelerator_type="CPU", num_accelerators=1, timeout=4, max_restarts=50,
                            restart_on=(ValueError,))(_fail_slowly)
@@ -212,6 +213,7 @@ def _train_and_die_once(folder: str) -> int:
     return start
 
 
+@pytest.mark.slow
 def test_the_restart_line_names_the_step_the_next_attempt_resumes_from(
     tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:

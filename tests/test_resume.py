@@ -187,6 +187,7 @@ def test_the_uninterrupted_run_reads_every_file_once_per_epoch(uninterrupted: Di
     _assert_every_file_once_per_epoch(_committed(records))
 
 
+@pytest.mark.slow
 def test_a_rank_killed_at_step_50_resumes_from_step_40_and_ends_bit_for_bit_as_without_the_fault(
     uninterrupted: Dict[str, Any], store: str, capfd: pytest.CaptureFixture  # noqa: F811 - fixture
 ) -> None:
@@ -223,6 +224,7 @@ def test_a_rank_killed_at_step_50_resumes_from_step_40_and_ends_bit_for_bit_as_w
     assert _no_process_left()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_torn_by_a_rank_killed_during_its_save_is_never_restored(uninterrupted: Dict[str, Any]) -> None:
     root = uninterrupted["root"]
     values, records_folder, _ = _run(root / "torn", "torn", max_restarts=1)

@@ -53,6 +53,7 @@ def test_every_rank_gets_the_torchrun_environment(monkeypatch: pytest.MonkeyPatc
     assert envs[0]["pid"] != envs[1]["pid"] != os.getpid()
 
 
+@pytest.mark.slow
 def test_the_callers_own_settings_win(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
@@ -108,11 +109,13 @@ def test_the_callers_cwd_sys_path_and_environment_at_call_time(
     assert fn.distributed() == [(str(work), "from the caller path", "set after decoration")] * 2
 
 
+@pytest.mark.slow
 def test_the_same_function_runs_again_and_again() -> None:
     fn = cpu2(all_reduce_sum)
     assert [fn.distributed(float(i)) for i in range(4)] == [[2 * i + 1.0] * 2 for i in range(4)]
 
 
+@pytest.mark.slow
 def test_spawn_start_method_gives_fresh_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_START_METHOD", "spawn")
 
@@ -135,6 +138,7 @@ def test_an_unknown_start_method_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
         cpu2(rank_environment).distributed()
 
 
+@pytest.mark.slow
 def test_large_values_come_back_whole() -> None:
     def big() -> object:
         import torch

@@ -229,6 +229,7 @@ OLD_SCRIPT = """
 
 @pytest.mark.parametrize("import_line", ["from serverless_gpu import distributed",
                                          "from serverless_gpu.launcher import distributed"])
+@pytest.mark.slow
 def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path, import_line: str) -> None:
     script = tmp_path / "old_script.py"
     script.write_text(textwrap.dedent(OLD_SCRIPT).replace("{import_line}", import_line))

@@ -71,6 +71,7 @@ def _innermost(taken: snapshot.RankSnapshot, file_part: str) -> snapshot.Frame:
     return [frame for frame in thread.frames if file_part in frame.file][-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hung_ranks", ["sleep"], indirect=True)
 def test_a_rank_waiting_in_a_collective_and_a_sleeping_one(hung_ranks: List[snapshot.ProbeTarget]) -> None:
     limit = time.monotonic() + 30
@@ -95,6 +96,7 @@ def test_a_rank_waiting_in_a_collective_and_a_sleeping_one(hung_ranks: List[snap
     assert all(thread.name != "databricks.air probe" for thread in sleeping.threads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hung_ranks", ["spin"], indirect=True)
 def test_a_rank_holding_the_gil_still_gives_its_stack_within_the_budget(hung_ranks: List[snapshot.ProbeTarget]) -> None:
     started = time.monotonic()

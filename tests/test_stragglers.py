@@ -117,6 +117,7 @@ def _warnings(err: str) -> List[str]:
     return [line for line in err.splitlines() if "straggler" in line and line.startswith("databricks.air: rank")]
 
 
+@pytest.mark.slow
 def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
     store: str, capfd: pytest.CaptureFixture[str]  # noqa: F811 - the fixture
 ) -> None:
@@ -152,6 +153,7 @@ def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
     assert kept["windows"][0]["ranks"]["1"]["last_fraction"] >= 0.8
 
 
+@pytest.mark.slow
 def test_a_rank_slow_in_our_data_loader_is_waiting_for_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]
                                                             ) -> None:
     function = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(slow_data_on_rank_1)
@@ -164,6 +166,7 @@ def test_a_rank_slow_in_our_data_loader_is_waiting_for_data(tmp_path: Path, capf
     assert warning.endswith(" s per step.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jitter", [0.0, 0.2], ids=["balanced", "jitter"])
 def test_balanced_ranks_name_nobody(jitter: float, capfd: pytest.CaptureFixture[str]) -> None:
     function = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(balanced)
@@ -175,6 +178,7 @@ def test_balanced_ranks_name_nobody(jitter: float, capfd: pytest.CaptureFixture[
     assert kept["stragglers"] == [] and len(kept["windows"]) >= 2  # it looked, and found nobody
 
 
+@pytest.mark.slow
 def test_a_straggler_that_recovers_is_said_to_have_recovered(
     store: str, capfd: pytest.CaptureFixture[str]  # noqa: F811 - the fixture
 ) -> None:
@@ -191,6 +195,7 @@ def test_a_straggler_that_recovers_is_said_to_have_recovered(
     assert "databricks.air.straggler" not in run.data.tags  # named, then taken off
 
 
+@pytest.mark.slow
 def test_the_slow_one_of_four_ranks_is_named(capfd: pytest.CaptureFixture[str]) -> None:
     call = distributed(accelerator_type="CPU", num_accelerators=4, timeout=120)(slow_rank).submit(40, 2)
     call.result()
@@ -199,6 +204,7 @@ def test_the_slow_one_of_four_ranks_is_named(capfd: pytest.CaptureFixture[str]) 
     assert [s.rank for s in call.stragglers] == [2]
 
 
+@pytest.mark.slow
 def test_zero_turns_the_watch_off(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STRAGGLER_SECONDS", "0")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(slow_rank_1).submit(20)

@@ -94,6 +94,7 @@ def test_a_failing_ranks_exception_comes_through_result() -> None:
     assert call.status is CallStatus.FAILED and isinstance(call.exception(), ValueError)
 
 
+@pytest.mark.slow
 def test_cancel_of_a_running_call_leaves_no_process_and_a_killed_run(store: str, tmp_path: Path) -> None:
     import mlflow
 
@@ -110,6 +111,7 @@ def test_cancel_of_a_running_call_leaves_no_process_and_a_killed_run(store: str,
     assert call.cancel() is True  # already cancelled: says so again, changes nothing
 
 
+@pytest.mark.slow
 def test_as_completed_over_eight_calls() -> None:
     calls = [cpu1(_square).submit(x) for x in range(8)]
     got = sorted(call.result()[0] for call in concurrent.futures.as_completed(calls, timeout=180))
@@ -133,6 +135,7 @@ def test_print_runs_and_stop(capsys: pytest.CaptureFixture, tmp_path: Path) -> N
     assert running.status is CallStatus.CANCELLED
 
 
+@pytest.mark.slow
 def test_four_two_gpu_calls_get_disjoint_gpus_and_a_fifth_waits_for_the_first_pair_freed(
     eight_gpus: None, tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:
@@ -170,6 +173,7 @@ SECOND_PROCESS = """
 """
 
 
+@pytest.mark.slow
 def test_a_second_processs_call_waits_for_the_same_leases_and_a_killed_caller_frees_them(
     eight_gpus: None, tmp_path: Path, run_script: Any
 ) -> None:
@@ -215,6 +219,7 @@ FIRST_CALL = """
 """
 
 
+@pytest.mark.slow
 def test_four_first_calls_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) -> None:
     """Four processes that make the default SQLite store at the same moment: MLflow makes and migrates its tables
     once, under our lock (without it, 3 of 4 failed with ``duplicate column name: step`` or an Alembic error)."""
@@ -231,6 +236,7 @@ def test_four_first_calls_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) 
     assert [out.strip() for out, _ in outputs] == ["0", "1", "2", "3"]
 
 
+@pytest.mark.slow
 def test_trials_submitted_from_threads_are_children_of_the_notebooks_run(store: str) -> None:
     import mlflow
 
@@ -279,6 +285,7 @@ def test_rank_zeros_output_shows_only_while_someone_waits_in_result(
     assert "before anyone waits" in (Path(call.log_dir) / "rank_0.txt").read_text()  # the log has all of it
 
 
+@pytest.mark.slow
 def test_the_background_note_is_said_once_per_process(run_script: Any) -> None:
     done = run_script("""
         from databricks.air import distributed

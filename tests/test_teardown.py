@@ -54,6 +54,7 @@ def _one_rank_server_with_the_data_module(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "databricks.air.data")
 
 
+@pytest.mark.slow
 def test_a_model_alive_at_destroy_process_group_never_hangs_the_rank() -> None:
     # 4 ranks on 2 cores: a gloo thread that waits for a core makes the race, hence the hang, more likely.
     run = distributed(accelerator_type="CPU", num_accelerators=RANKS, timeout=CALL_TIMEOUT)(
@@ -83,6 +84,7 @@ def destroy_a_subgroup_then_the_world() -> Dict[str, object]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_destroyed_groups_are_shut_down_by_torch_and_kept_until_the_rank_exits(
     monkeypatch: pytest.MonkeyPatch, start_method: str
@@ -97,6 +99,7 @@ def test_destroyed_groups_are_shut_down_by_torch_and_kept_until_the_rank_exits(
         assert result["start"] == start_method
 
 
+@pytest.mark.slow
 def test_a_fresh_interpreter_wraps_torch_when_it_is_imported(run_script) -> None:
     done = run_script(
         """

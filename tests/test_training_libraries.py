@@ -67,6 +67,7 @@ def train_with_hf_trainer(output_dir: str) -> Dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_hf_trainer_trains_one_job_of_two_cpu_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -97,6 +98,7 @@ def gather_with_accelerate() -> Dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_accelerate_sees_one_job_of_two_cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("accelerate")
     monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
@@ -155,6 +157,7 @@ def train_with_lightning() -> Dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_lightning_trains_one_job_of_two_cpu_ranks() -> None:
     pytest.importorskip("pytorch_lightning")
     results = cpu2(train_with_lightning).distributed()

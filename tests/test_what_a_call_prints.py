@@ -62,6 +62,7 @@ def tracked(tmp_path, monkeypatch: pytest.MonkeyPatch) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_a_tracked_call_prints_three_lines_of_its_own_and_no_mlflow_info(run_script, tracked: dict) -> None:
     # The first call creates the SQLite store (MLflow's "Creating initial MLflow database tables...") and runs the
     # system metrics monitor (its "Started monitoring..."): none of that shows; notes are given once per process.
@@ -82,6 +83,7 @@ def test_a_tracked_call_prints_three_lines_of_its_own_and_no_mlflow_info(run_scr
     assert printed.count("hi from rank 0") == 2 and "hi from rank 1" not in printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_failure_says_its_message_and_its_traceback_once(run_script, tmp_path, rank: int,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,6 +169,7 @@ def test_a_return_value_that_cannot_be_pickled_is_said_once_and_kept_in_the_log(
 
 @pytest.mark.parametrize("variable, value", [("DATABRICKS_AIR_START_METHOD", "forkserver"), ("MASTER_PORT", "http"),
                                              ("DATABRICKS_AIR_STALL_SECONDS", "soon")])
+@pytest.mark.slow
 def test_a_bad_setting_is_the_only_thing_said(run_script, tracked: dict, tmp_path, variable: str, value: str) -> None:
     # Before anything is printed, made or recorded: no "running ... on 2 CPU rank(s)", no "failed after", no log
     # folder, no MLflow run for a call that never started.

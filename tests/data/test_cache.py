@@ -223,6 +223,7 @@ def test_e4_e5_a_killed_run_leaves_no_final_file_and_the_next_run_reclaims_its_f
     assert not workspace.exists()
 
 
+@pytest.mark.slow
 def test_e5_the_cache_is_removed_at_exit_and_jobs_never_share_one(files: Callable[..., Path],
                                                                     _private_cache_root: Path) -> None:
     folder = files(2)

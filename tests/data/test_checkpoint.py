@@ -328,6 +328,7 @@ sys.exit(3)
 """
 
 
+@pytest.mark.slow
 def test_a_forked_child_checksums_with_threads_of_its_own(tmp_path: Path) -> None:
     import subprocess
     import sys

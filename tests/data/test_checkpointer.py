@@ -251,6 +251,7 @@ def _train(folder: str, root: str, epochs: int, stop_after: Optional[int]) -> Di
     return result
 
 
+@pytest.mark.slow
 def test_two_ranks_resume_mid_epoch_every_file_once_and_the_state_as_saved(tmp_path: Path) -> None:
     make_files(tmp_path / "volume", 12)  # 6 files a rank, 3 batches of 2: 3 steps an epoch
     root = tmp_path / "ckpt"
@@ -341,6 +342,7 @@ def _restore(root: str, folder: str) -> Dict[str, Any]:
     return {"step": step, "skipped": [(str(path), reason) for path, reason in checkpointer.skipped]}
 
 
+@pytest.mark.slow
 def test_a_rank_killed_during_a_save_and_a_corrupted_shard_fall_back_to_the_previous_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -399,6 +401,7 @@ def _fsdp2_round_trip(root: str) -> Dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_an_fsdp2_model_is_saved_sharded_and_restores_on_two_ranks_and_on_one(tmp_path: Path) -> None:
     cpu2 = distributed(accelerator_type="CPU", num_accelerators=2, timeout=300)(_fsdp2_round_trip)
     results = cpu2.distributed(str(tmp_path))

@@ -123,6 +123,7 @@ def test_iterating_the_dataset_directly_yields_local_paths_of_the_rank_share(fil
     assert all(isinstance(p, str) for p in dataset)
 
 
+@pytest.mark.slow
 def test_spawned_workers_know_their_rank_and_share_the_cache(files: Callable[..., Path]) -> None:
     folder = files(8)
     dataset = UCVolumeDataset(folder, rank=1, world_size=2, cache=True)

@@ -6,6 +6,8 @@ working folder, with CPU ranks and no MLflow tracking, as ``tests/test_docs.py``
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -20,6 +22,7 @@ PAGE = ROOT / "docs" / "data.md"
 RUNNER = ROOT / "tests" / "docs_runner.py"
 
 
+@pytest.mark.slow
 def test_the_data_page_examples_run_on_two_cpu_ranks(tmp_path: Path) -> None:
     page = read_page(PAGE)
     blocks = [

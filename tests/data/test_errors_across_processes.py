@@ -63,6 +63,7 @@ def _load_sharded(checkpoint: str, catch: bool) -> Dict[str, Any]:
     return {"raised": None, "failures": {}}
 
 
+@pytest.mark.slow
 def test_a_corrupted_shard_is_named_on_every_rank_and_in_the_caller(tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"
     cpu2 = distributed(accelerator_type="CPU", num_accelerators=2, timeout=300)
@@ -88,6 +89,7 @@ def test_a_corrupted_shard_is_named_on_every_rank_and_in_the_caller(tmp_path: Pa
     assert str(corrupted) in str(caught.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader_class", [DataLoader, torch.utils.data.DataLoader], ids=["ours", "torch"])
 def test_a_file_deleted_during_the_epoch_is_named_by_a_worker_error(
     loader_class: type, tmp_path: Path, files: Any

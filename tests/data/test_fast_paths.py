@@ -186,6 +186,7 @@ def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(
     assert looked == [copy, copy]  # looked at once more, then remembered again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [None, 1000])
 def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, limit: Any) -> None:
     root = volume_of(tmp_path, {name: bytes(400) for name in ("a.bin", "b.bin", "c.bin")})
@@ -203,6 +204,7 @@ def test_a_copy_evicted_by_another_process_is_no_longer_a_hit(tmp_path: Path, li
     assert hit(2) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [None, 1000])
 def test_a_copy_replaced_by_another_process_is_checked_again(tmp_path: Path, limit: Any) -> None:
     source = volume_of(tmp_path, {"a.bin": b"first"}) / "a.bin"

@@ -78,6 +78,7 @@ def _torch_batches(items: int, batch: int, drop_last: bool) -> int:
     return items // batch if drop_last else -(-items // batch)
 
 
+@pytest.mark.slow
 def test_b2_equal_batches_per_rank_over_the_whole_sweep() -> None:
     """95,952 configurations: N < 2000, R in {2,4,8}, W in {1,2,4,6}, B in {1,4,8,32}; the reference's stride
     gives ranks different batch counts in about a quarter of them, this plan in none."""

@@ -70,6 +70,7 @@ json.dump(results, open({out!r}, "w"))
 """
 
 
+@pytest.mark.slow
 def test_d1_d3_d4_a_fresh_loader_in_a_new_process_yields_exactly_the_rest(files: Callable[..., Path],
                                                                            tmp_path: Path) -> None:
     folder = files(N_FILES)

@@ -10,6 +10,8 @@ The kernel is run as ``tests/test_notebook.py`` runs it (its fixtures and helper
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import re
 import textwrap
@@ -71,6 +73,7 @@ CELLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_migrated_torch_distributor_notebook_runs_and_gives_rank_zeros_value(
     tmp_path: Path, marker: str, kernel_specs: KernelSpecManager  # noqa: F811 (fixtures)
 ) -> None:

@@ -134,6 +134,7 @@ def test_the_corpus_holds_every_form() -> None:
     assert {case.clean for case in CASES} == {True, False}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, form", _parameters())
 def test_check_passes_after_one_write_exactly_where_no_old_api_is_left(
     corpus: Dict[str, object], case: generated_corpus.Case, form: str

@@ -36,6 +36,7 @@ def rank_three_sleeps(started_dir: str) -> None:
     dist.all_reduce(tensor)
 
 
+@pytest.mark.slow
 def test_an_interrupt_reports_where_every_rank_on_every_node_was(
     connected: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,6 +79,7 @@ def rank_three_is_slow(steps: int) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_a_slow_rank_on_another_node_is_named_on_the_callers_clock(
     connected: Any, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

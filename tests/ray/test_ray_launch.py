@@ -36,6 +36,7 @@ def squares_on_the_cluster(n: int) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_rank_0_drives_a_ray_job_on_the_cluster_of_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     marker = "ray-launch-test"
     monkeypatch.setenv("AIR_TEST_MARKER", marker)  # every rank, and every Ray process it starts, inherits it
@@ -67,6 +68,7 @@ def where_tasks_run() -> dict:
             "call_nodes": os.environ["GROUP_WORLD_SIZE"]}
 
 
+@pytest.mark.slow
 def test_remote_ranks_on_two_nodes_make_a_ray_cluster_of_two_nodes(connected: object) -> None:
     """4 ranks on the session's cluster, 2 per node: rank 0 starts the head, node 1's first rank joins it."""
     values = ray_launch(num_accelerators=4, accelerator_type="CPU", remote=True, timeout=300)(where_tasks_run)

@@ -73,6 +73,7 @@ def successful_call(connected: Any, tmp_path_factory: pytest.TempPathFactory) ->
         yield {"values": values, "run": run, "log_dir": function.last_log_dir}
 
 
+@pytest.mark.slow
 def test_every_rank_returns_in_rank_order_after_a_gloo_all_reduce(successful_call: Dict[str, Any]) -> None:
     values = successful_call["values"]
     assert [v["sum"] for v in values] == [60.0] * RANKS  # (0 + 1 + 2 + 3) * 10
@@ -142,6 +143,7 @@ def fail_on_rank_2() -> None:
     time.sleep(120)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_raises_its_own_exception_with_every_ranks_fate(connected: Any) -> None:
     function = distributed(num_accelerators=RANKS, accelerator_type="CPU", remote=True, timeout=300)(fail_on_rank_2)
     with pytest.raises(KeyError) as caught:
@@ -162,6 +164,7 @@ def sleep_long() -> None:
     time.sleep(300)
 
 
+@pytest.mark.slow
 def test_the_timeout_stops_every_rank(connected: Any) -> None:
     function = distributed(num_accelerators=RANKS, accelerator_type="CPU", remote=True, timeout=15)(sleep_long)
     started = time.monotonic()
@@ -179,6 +182,7 @@ def report_and_sleep(started_dir: str) -> None:
     time.sleep(300)
 
 
+@pytest.mark.slow
 def test_an_interrupt_in_the_caller_stops_every_rank_and_frees_the_cluster(connected: Any, tmp_path: Path) -> None:
     started = tmp_path / "started"
     started.mkdir()
@@ -195,6 +199,7 @@ def test_an_interrupt_in_the_caller_stops_every_rank_and_frees_the_cluster(conne
     assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_a_rank_whose_ray_actor_dies_fails_the_call_and_takes_its_rank_with_it(
     connected: Any, tmp_path: Path
 ) -> None:
@@ -240,6 +245,7 @@ def test_more_ranks_than_the_cluster_has_fail_at_once_naming_its_resources(conne
     assert "2 node(s): 127.0.0.1 (CPU 2), 127.0.0.1 (CPU 2)" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_busy_cluster_is_waited_for_within_the_timeout(
     connected: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -136,6 +136,7 @@ DRIVER = """
 """
 
 
+@pytest.mark.slow
 def test_a_script_connects_to_ray_address_on_its_first_remote_call(connected: Any, tmp_path: Path) -> None:
     (tmp_path / "local_settings.py").write_text("NAME = 'shipped'\n")
     (tmp_path / "driver.py").write_text(textwrap.dedent(DRIVER))

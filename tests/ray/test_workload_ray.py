@@ -115,6 +115,7 @@ def torchrun_run(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         }
 
 
+@pytest.mark.slow
 def test_torchrun_on_two_nodes_all_reduces_over_four_ranks(torchrun_run: Dict[str, Any]) -> None:
     watched = torchrun_run["watched"]
     assert watched.returncode == 0, watched.stdout[-3000:] + watched.stderr[-3000:]
@@ -141,6 +142,7 @@ def test_watch_streams_node_0_and_get_list_show_the_ray_job(torchrun_run: Dict[s
 # --- failures, retries, cancel, timeout ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failing_node_stops_the_other_and_every_attempt_is_its_own_mlflow_run(
         dashboard: str, connected: Any, tmp_path: Path) -> None:
     import mlflow
@@ -171,6 +173,7 @@ def test_a_failing_node_stops_the_other_and_every_attempt_is_its_own_mlflow_run(
     assert_cluster_as_it_was(marker)
 
 
+@pytest.mark.slow
 def test_cancel_and_timeout_each_free_every_bundle_and_process(dashboard: str, connected: Any, tmp_path: Path) -> None:
     """Two runs at once (2 CPUs each, the cluster has 4): one canceled once its nodes run, one past its timeout."""
     markers = {name: f"air-{name}-{uuid.uuid4().hex[:8]}" for name in ("cancel", "timeout")}
@@ -194,6 +197,7 @@ def test_cancel_and_timeout_each_free_every_bundle_and_process(dashboard: str, c
         assert_cluster_as_it_was(marker)
 
 
+@pytest.mark.slow
 def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: str, tmp_path: Path) -> None:
     path = workload(tmp_path, command="echo never", compute={"accelerator_type": "CPU", "num_accelerators": 3})
     done = air("run", "-f", str(path), "--backend", "ray", "--address", dashboard, "--nodes", "3")
@@ -223,6 +227,7 @@ echo "token $HF_TOKEN"
 '''
 
 
+@pytest.mark.slow
 def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach_the_cluster_in_clear(
         dashboard: str, tmp_path: Path) -> None:
     import importlib.util

@@ -197,6 +197,7 @@ def test_redaction_holds_across_writes_and_times_are_recorded(tmp_path: Path) ->
 # --- dependencies ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dependencies_are_installed_once_and_reused(tmp_path: Path) -> None:
     make_wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 42\n")
     (tmp_path / "requirements.txt").write_text("./airtinypkg-0.1-py3-none-any.whl\n")

@@ -72,6 +72,7 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_output_that_fills_the_disk_fails_the_attempt_stops_the_command_and_keeps_the_run(
         tmp_path: Path, small_disk: Path) -> None:
     marker = uuid.uuid4().hex
@@ -148,6 +149,7 @@ def test_cancel_on_a_full_disk_still_records_the_run_canceled(tmp_path: Path, sm
     assert saved["status"] == "CANCELED"  # written with the room the run kept for it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["[]", "{}", "truncated", "missing", "empty", "spec"])
 def test_a_damaged_run_is_listed_as_damaged_and_the_others_as_usual(tmp_path: Path, damage: str) -> None:
     path = write_workload(tmp_path, command="echo hello")

@@ -86,6 +86,7 @@ def test_a_failing_line_fails_the_run(tmp_path: Path, command: str, message: str
     assert final["status"] == "FAILED" and "the command failed (exit code" in final["message"]
 
 
+@pytest.mark.slow
 def test_fails_twice_then_passes_with_max_retries_2(tmp_path: Path, mlflow_store: str) -> None:
     experiment = f"retries-{uuid.uuid4().hex[:8]}"
     counter = tmp_path / "attempts"
@@ -123,6 +124,7 @@ echo "attempt $n"
     assert got.returncode == 0 and runs[2].info.run_id in got.stdout and "mlflow ui --backend-store-uri" in got.stdout
 
 
+@pytest.mark.slow
 def test_an_attempt_past_its_timeout_is_timedout_and_retried(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     path = write_workload(tmp_path, command="setsid sleep 300 &\nsleep 300", max_retries=1, timeout_minutes=60,
@@ -136,6 +138,7 @@ def test_an_attempt_past_its_timeout_is_timedout_and_retried(tmp_path: Path) -> 
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.slow
 def test_cancel_stops_every_process_the_command_started(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     path = write_workload(tmp_path, command=PROCESS_TREE, env_variables={"AIR_TEST_MARKER": marker})
@@ -193,6 +196,7 @@ def test_an_idempotency_key_returns_the_existing_run(tmp_path: Path) -> None:
     assert air("run", "-f", str(path), "--idempotency-key", "k" * 65).returncode == 2
 
 
+@pytest.mark.slow
 def test_list_get_and_logs_in_text_and_json(tmp_path: Path) -> None:
     command = 'echo "step 1 loss 0.5"\necho "RuntimeError: CUDA error: out of memory"\necho "step 2"'
     ok = submit(write_workload(tmp_path, "ok.yaml", experiment_name="vision-ok", command=command))
@@ -269,6 +273,7 @@ def test_cancel_all_asks_first_without_a_terminal(tmp_path: Path) -> None:
     assert air("cancel").returncode == 2
 
 
+@pytest.mark.slow
 def test_logs_follow_an_active_run_through_its_retries_until_it_ends(tmp_path: Path) -> None:
     gate, counter = tmp_path / "gate", tmp_path / "count"
     command = f"""n=$(cat {counter} 2>/dev/null || echo 0)
@@ -293,6 +298,7 @@ echo "attempt $n done"
     assert air("logs", str(run_id), "--minutes", "10", "--tail", "5").returncode == 2
 
 
+@pytest.mark.slow
 def test_a_submitted_run_shows_its_mlflow_run_as_the_decorator_does(tmp_path: Path, mlflow_store: str) -> None:
     experiment = f"link-{uuid.uuid4().hex[:8]}"
     path = write_workload(tmp_path, experiment_name=experiment, command="true")
@@ -399,6 +405,7 @@ def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(tmp_pa
                      "attempt 0 ends", "RUNNING", "attempt 1 line 1", "SUCCESS"]
 
 
+@pytest.mark.slow
 def test_ten_submissions_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) -> None:
     """Ten ``air run --watch`` at the same moment, tracking into a store that does not exist yet: each attempt's
     MLflow run is made after the store's tables are made and migrated once (under a lock), so none fails."""
@@ -441,6 +448,7 @@ EOF
 """
 
 
+@pytest.mark.slow
 def test_a_retried_workload_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     path = write_workload(tmp_path, command=RESUMING_COMMAND, max_retries=1,
                           compute={"accelerator_type": "CPU", "num_accelerators": 1})

@@ -328,6 +328,7 @@ def test_dry_run_validates_and_starts_nothing(base_file: Path) -> None:
     assert not (Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_bad_file_exits_2_with_the_error_as_json_or_text(base_file: Path) -> None:
     done = air("-o", "json", "run", "-f", str(base_file), "--override", "compute.num_accelerators=0")
     assert done.returncode == 2

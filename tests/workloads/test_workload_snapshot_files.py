@@ -215,6 +215,7 @@ def test_a_secret_that_cannot_be_an_environment_variable_is_named_with_why(tmp_p
     (b"\xff\xfebinary\n", "the value on stdin is not UTF-8 text (byte 0 is 0xff)"),
     (b"a\0b", "the value on stdin holds a NUL byte (at byte 1)"),
 ])
+@pytest.mark.slow
 def test_secrets_put_refuses_what_a_workload_could_not_use(given: bytes, why: str) -> None:
     done = subprocess.run([AIR, "secrets", "put", "team/token"], input=given, capture_output=True, timeout=60)
     assert done.returncode == 2 and f"Error: secret team/token: {why}" in done.stderr.decode()

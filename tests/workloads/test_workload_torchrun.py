@@ -14,6 +14,7 @@ mlflow = pytest.importorskip("mlflow")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "workload.yaml"
 
 
+@pytest.mark.slow
 def test_the_torchrun_ddp_example_trains_on_two_cpu_ranks_and_logs_its_loss(mlflow_store: str) -> None:
     experiment = f"ddp-{uuid.uuid4().hex[:8]}"
     done = air("run", "-f", str(EXAMPLE), "--watch", "-o", "json",
