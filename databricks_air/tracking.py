@@ -125,8 +125,9 @@ class CallRun:
         ``deadline`` (a ``time.monotonic()`` time): the call's, so that its timeout covers this too. What MLflow does
         here cannot be interrupted, so it runs on a thread of its own, waited for until then: past it the call
         raises :class:`LocalExecutionTimeoutError` saying what it waited for (MLflow's import, the store), and a run
-        the thread makes later is ended KILLED at once. ``timeout``: the call's, for that message; ``started``
-        (``time.monotonic()``): when the call began, so that the run's ``duration_seconds`` is the whole call's.
+        the thread makes later is ended at once: FAILED, as a call that timed out ends its run (KILLED after an
+        interrupt). ``timeout``: the call's, for that message; ``started`` (``time.monotonic()``): when the call
+        began, so that the run's ``duration_seconds`` is the whole call's.
 
         MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
         says so on a terminal or in a notebook while it lasts."""
@@ -134,9 +135,9 @@ class CallRun:
         _mlflow_warmup.start(open_store=False)  # begun ahead as a rule (decoration): then this changes nothing
         if not _mlflow_warmup.wait(deadline):
             if not _mlflow_warmup.imported():
-                raise _set_up_timeout(name, timeout, "MLflow's import did not end", began)
+                raise _set_up_timeout(name, timeout, f"MLflow's import did not end within {_since(began)}")
             uri = sys.modules["mlflow"].get_tracking_uri()
-            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer", began)
+            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer within {_since(began)}")
         import mlflow
 
         uri = mlflow.get_tracking_uri()
@@ -144,6 +145,9 @@ class CallRun:
             active = mlflow.active_run()
             parent_run_id = active.info.run_id if active is not None else None
         registry_uri = mlflow.get_registry_uri()
+        if deadline is not None and time.monotonic() >= deadline:  # nothing left for the store: no run at all
+            raise _set_up_timeout(name, timeout, f"MLflow's import took {_since(began)}, and no time was left to "
+                                  "make the run")
         opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline)
         try:
             with _progress.transient(_creating_store_note(uri)):
@@ -152,7 +156,7 @@ class CallRun:
             raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
                 from None
         if opened is None:
-            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer", began)
+            raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer within {_since(began)}")
         if started is not None:
             opened.started = time.time() - (time.monotonic() - started)
         return opened
@@ -504,7 +508,7 @@ class _Opening:
         self._done = threading.Event()
         self._run: Optional[CallRun] = None
         self._error: Optional[BaseException] = None
-        self._abandoned = False
+        self._abandoned: Optional[str] = None  # the status a run made after the call gave up on it ends with
         self._thread = threading.Thread(
             target=self._make, args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline),
             name="databricks.air MLflow run", daemon=True,
@@ -521,18 +525,21 @@ class _Opening:
             self._run = run
             late = self._abandoned
             self._done.set()
-        if late and run is not None:
-            _end_abandoned(run)
+        if late is not None and run is not None:
+            _end_abandoned(run, late)
 
     def result(self, deadline: Optional[float]) -> Optional["CallRun"]:
-        """The run, once made; ``None`` when ``deadline`` came first (the run, if it comes, is ended KILLED). Raises
-        what making it raised. An interrupt gives it up too."""
+        """The run, once made; ``None`` when ``deadline`` came first (the run, if it comes, is ended FAILED, as a
+        call that timed out ends its run). Raises what making it raised. An interrupt gives it up too (a run that
+        comes is ended KILLED)."""
+        status = "KILLED"
         try:
             self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            status = "FAILED"
         finally:
             with self._lock:
                 if not self._done.is_set():
-                    self._abandoned = True
+                    self._abandoned = status
         if not self._done.is_set() or isinstance(self._error, _DeadlinePassed):
             return None
         if self._error is not None:
@@ -540,25 +547,30 @@ class _Opening:
         return self._run
 
 
-def _end_abandoned(run: "CallRun") -> None:
-    """End a run whose call gave up waiting for it (its timeout, an interrupt): KILLED, saying why."""
+def _end_abandoned(run: "CallRun", status: str) -> None:
+    """End a run whose call gave up waiting for it: FAILED after its timeout, KILLED after an interrupt; saying why."""
+    why = "its timeout passed" if status == "FAILED" else "it was interrupted"
     try:
         with _mlflow_quiet.quiet():
             run.client.set_tag(run.run_id, "databricks.air.failure",
-                               "the call stopped waiting for its MLflow run (its timeout passed, or it was "
-                               "interrupted) before the store made it; no rank was started")
-            run.client.set_terminated(run.run_id, "KILLED")
+                               f"the call stopped waiting for its MLflow run ({why}) before the store made it; no "
+                               "rank was started")
+            run.client.set_terminated(run.run_id, status)
     except Exception:  # noqa: BLE001 - the sweep of orphaned runs ends it once this caller is gone
         pass
 
 
-def _set_up_timeout(name: str, timeout: Optional[float], what: str, began: float) -> LocalExecutionTimeoutError:
-    waited = time.monotonic() - began
+def _since(began: float) -> str:
+    return f"{time.monotonic() - began:.1f} s"
+
+
+def _set_up_timeout(name: str, timeout: Optional[float], what: str) -> LocalExecutionTimeoutError:
+    """The call's timeout, reached while its run was being made (``what`` says what it waited for)."""
     limit = f"its timeout of {timeout:g} s" if timeout is not None else "its deadline"
     return LocalExecutionTimeoutError(
-        f"{name} did not finish within {limit}: {what} within {waited:.1f} s, so no rank was started (the timeout "
-        f"counts from .distributed(), its set-up included). Check the store (MLFLOW_TRACKING_URI), raise the "
-        f"timeout, or set {_variables.MLFLOW}=0 to run without tracking."
+        f"{name} did not finish within {limit}: {what}, so no rank was started (the timeout counts from "
+        f".distributed(), its set-up included). Check the store (MLFLOW_TRACKING_URI), raise the timeout, or set "
+        f"{_variables.MLFLOW}=0 to run without tracking."
     )
 
 

@@ -38,6 +38,7 @@ def log_losses(steps: int) -> int:
     return rank
 
 
+@pytest.mark.slow
 def test_a_call_is_one_run_with_every_ranks_metrics_params_tags_and_logs(
     store: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -74,6 +75,7 @@ def test_a_call_inside_an_active_run_is_a_nested_child(store: str) -> None:
     assert len(children) == 1 and children[0].info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_the_experiment_set_in_the_caller_then_the_environment(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     client = mlflow.MlflowClient(store)
     mlflow.set_experiment("chosen-in-code")
@@ -88,6 +90,7 @@ def test_the_experiment_set_in_the_caller_then_the_environment(store: str, monke
         assert len(client.search_runs([experiment.experiment_id])) == 1
 
 
+@pytest.mark.slow
 def test_a_script_gets_an_experiment_named_after_it(store: str, tmp_path: Path) -> None:
     script = tmp_path / "my_training_job.py"
     script.write_text(
@@ -123,6 +126,7 @@ def test_a_function_that_starts_its_own_run_still_lands_in_the_calls_run(store: 
     assert run.data.metrics["inside"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_failing_call_is_a_failed_run_with_its_report(store: str) -> None:
     def fail() -> None:
         if os.environ["RANK"] == "1":
@@ -142,11 +146,12 @@ def test_a_failing_call_is_a_failed_run_with_its_report(store: str) -> None:
 
 
 def test_a_timeout_is_a_failed_run(store: str) -> None:
-    with pytest.raises(LocalExecutionTimeoutError):
-        distributed(num_accelerators=2, accelerator_type="CPU", timeout=1)(time.sleep).distributed(30)
+    with pytest.raises(LocalExecutionTimeoutError):  # (the timeout covers making the run too: 1 s was too short)
+        distributed(num_accelerators=2, accelerator_type="CPU", timeout=5)(time.sleep).distributed(30)
     assert only_run(mlflow.MlflowClient(store)).info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_a_serialization_failure_records_no_run(store: str) -> None:
     # Found before anything is recorded, like a bad setting: the call never started, so it is no run.
     lock = threading.Lock()
@@ -157,6 +162,7 @@ def test_a_serialization_failure_records_no_run(store: str) -> None:
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_call_is_a_killed_run(store: str, tmp_path: Path) -> None:
     started = tmp_path / "started"
 
@@ -189,6 +195,7 @@ KILLED_MID_CALL = """
 """
 
 
+@pytest.mark.slow
 def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_call(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,6 +226,7 @@ def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_cal
     assert statuses == ["FINISHED", "KILLED"]
 
 
+@pytest.mark.slow
 def test_logs_are_uploaded_while_the_call_runs(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_LOG_UPLOAD_SECONDS", "0.5")
     client = mlflow.MlflowClient(store)
@@ -288,6 +296,7 @@ def test_against_a_real_mlflow_server(
     assert url in capfd.readouterr().err
 
 
+@pytest.mark.slow
 def test_system_metrics_of_the_node_are_logged(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_SYSTEM_METRICS_SECONDS", "0.5")
 
@@ -299,6 +308,7 @@ def test_system_metrics_of_the_node_are_logged(store: str, monkeypatch: pytest.M
     assert any(key.startswith("system/") and "cpu_utilization" in key for key in metrics), sorted(metrics)
 
 
+@pytest.mark.slow
 def test_a_function_that_switches_experiments_gets_a_clear_message(store: str) -> None:
     def switch() -> None:
         import mlflow
