@@ -31,17 +31,36 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, TextI
 
 def _from_the_standard_library(name: str) -> ModuleType:
     """Import ``name`` from Python's own library even where the script's folder (first on ``sys.path``) holds a
-    file of that name: a user's ``concurrent.py`` beside the notebook must neither run nor hide ``concurrent``."""
+    file of that name: a user's ``concurrent.py`` beside the notebook must neither run nor hide ``concurrent``.
+
+    Only the lookup of ``name``'s top package is sent to the library (a finder first on ``sys.meta_path`` while it
+    runs): ``sys.path`` itself is left alone, since other threads import meanwhile (MLflow's, begun at decoration,
+    failed with "No module named 'pydantic'" while ``sys.path`` held the library alone)."""
     if name in sys.modules:
         return sys.modules[name]
     paths = sysconfig.get_paths()
     library = [paths["stdlib"], paths["platstdlib"], os.path.join(paths["platstdlib"], "lib-dynload")]
-    saved = sys.path[:]
-    sys.path[:] = [folder for folder in library if os.path.isdir(folder)]
+    finder = _LibraryFirst(name.partition(".")[0], [folder for folder in library if os.path.isdir(folder)])
+    sys.meta_path.insert(0, finder)
     try:
         return importlib.import_module(name)
     finally:
-        sys.path[:] = saved
+        sys.meta_path.remove(finder)
+
+
+class _LibraryFirst:
+    """Finds one top-level package in Python's own library (its submodules follow its ``__path__``)."""
+
+    def __init__(self, package: str, library: List[str]) -> None:
+        self._package = package
+        self._library = library
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self._package:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.PathFinder.find_spec(name, self._library)
 
 
 _futures = _from_the_standard_library("concurrent.futures")

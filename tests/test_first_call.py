@@ -439,3 +439,22 @@ def test_the_data_loaders_run_lookup_passes_over_a_half_imported_mlflow(monkeypa
     monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     assert metrics.mlflow_sink() is None  # not an AttributeError from the module the warm-up is making
+
+
+def test_importing_from_the_standard_library_leaves_sys_path_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``asynchronous`` imports ``concurrent.futures`` past a user's ``concurrent.py`` while the warm-up may import
+    MLflow on another thread: ``sys.path`` must stay whole meanwhile (it once held only the standard library, and
+    the warm-up failed with "No module named 'pydantic'")."""
+    from databricks.air import asynchronous
+
+    seen: List[List[str]] = []
+    original = asynchronous.importlib.import_module
+
+    def spy(name: str, package: Any = None) -> Any:
+        seen.append(list(sys.path))
+        return original(name, package)
+
+    monkeypatch.setattr(asynchronous.importlib, "import_module", spy)
+    monkeypatch.delitem(sys.modules, "concurrent.futures.process", raising=False)
+    asynchronous._from_the_standard_library("concurrent.futures.process")
+    assert seen == [list(sys.path)]
