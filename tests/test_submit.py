@@ -100,7 +100,7 @@ def test_cancel_of_a_running_call_leaves_no_process_and_a_killed_run(store: str,
 
     flag = str(tmp_path / "flag")
     call = cpu2(_wait_for).submit(flag)
-    assert wait_until(lambda: os.path.exists(flag + ".1"), 60)
+    assert wait_until(lambda: all(os.path.exists(flag + f".{r}") for r in (0, 1)), 60)
     ranks = [int(Path(flag + f".{r}").read_text()) for r in (0, 1)]
     assert call.cancel() is True
     assert call.cancelled() and call.done() and call.status is CallStatus.CANCELLED

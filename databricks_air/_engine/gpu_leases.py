@@ -198,7 +198,19 @@ def holders(table: str, devices: Sequence[str]) -> List[Holder]:
 
 
 def _try_take(table: str, count: int, devices: Sequence[str], name: str) -> Optional[Lease]:
-    """The first ``count`` free ``devices``, locked; ``None`` (holding nothing) when fewer are free."""
+    """The first ``count`` free ``devices``, locked; ``None`` (holding nothing) when fewer are free.
+
+    One taker at a time (a lock on the table): two calls taking at once would otherwise interleave, one GPU each
+    in turn, and lease ``0,2`` and ``1,3`` where ``0,1`` and ``2,3`` were free."""
+    fd = os.open(os.path.join(table, ".taking.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _take_free(table, count, devices, name)
+    finally:
+        os.close(fd)
+
+
+def _take_free(table: str, count: int, devices: Sequence[str], name: str) -> Optional[Lease]:
     taken: List[Tuple[str, int]] = []
     try:
         for device in devices:
