@@ -4,6 +4,7 @@
 * process groups, parent death and free ports are handled in ``_engine/processes.py``;
 * whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
 * the launcher reaches the engine through its entry point, ``_engine/launch.py``;
+* Ray's cluster connection, resources, placement groups and host polling live in ``_ray/``;
 * no text points at a numbered item of a document that is not in the repository.
 """
 
@@ -121,6 +122,60 @@ def test_the_launcher_reaches_the_engine_through_its_entry_point_only() -> None:
             imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
     engine = "databricks.air._engine"
     assert {name for name in imported if name.startswith(f"{engine}.")} == {f"{engine}.launch"}
+
+
+RAY = PACKAGE / "_ray"
+RAY_PLACEMENT = {"placement_group", "remove_placement_group", "PlacementGroupSchedulingStrategy",
+                 "ray.util.placement_group", "ray.util.scheduling_strategies", "get_max_resources_from_cluster_config"}
+RAY_CLUSTER_CALLS = ("ray.nodes", "ray.init")  # ``ray.nodes()``, ``self.ray.init(...)``
+RAY_DEFINITIONS = re.compile(
+    r"_?(ACCELERATOR_AMOUNT|ACCELERATOR_RESOURCE_PREFIX|RAY_ACCELERATOR_NAMES|accelerator_resource)$"
+)
+
+
+def defined_names(tree: ast.Module) -> Iterator[Tuple[str, ast.AST]]:
+    """The names a module defines: functions, classes and assigned names, at any depth."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name, node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    yield target.id, node
+
+
+def test_ray_placement_lives_in_ray() -> None:
+    """Ray placement lives in ``_ray/``: the cluster's connection, what a unit of work reserves (one accelerator
+    resource, one amount), placement groups and their strategies, the polls that find lost hosts; the workload
+    command's Ray backend uses them, and reaches the remote call's ``RayCall`` never."""
+    outside = [path for path in python_files(*SOURCES) if RAY not in path.parents]
+    placing = sorted(
+        f"{where(path, node)}: {name}"
+        for path in outside
+        for name, node in calls_and_imports(parsed(path))
+        if name in RAY_PLACEMENT
+        or isinstance(node, ast.Call) and ast.unparse(node.func).endswith(RAY_CLUSTER_CALLS)
+    )
+    assert placing == [], "use databricks.air._ray's placement, resources and session:\n" + "\n".join(placing)
+    defined = sorted(
+        f"{path.relative_to(ROOT)}:{name.lstrip('_')}"
+        for path in python_files(PACKAGE)
+        for name, _ in defined_names(parsed(path))
+        if RAY_DEFINITIONS.match(name)
+    )
+    assert defined == [
+        "databricks_air/_ray/resources.py:ACCELERATOR_AMOUNT",
+        "databricks_air/_ray/resources.py:ACCELERATOR_RESOURCE_PREFIX",
+        "databricks_air/_ray/resources.py:RAY_ACCELERATOR_NAMES",
+        "databricks_air/_ray/resources.py:accelerator_resource",
+    ]
+    importers = {
+        str(path.relative_to(ROOT))
+        for path in outside
+        for name, node in calls_and_imports(parsed(path))
+        if isinstance(node, ast.ImportFrom) and name == "databricks.air._ray.ray_call"
+    }
+    assert importers == {"databricks_air/_engine/launch.py"}  # where the way ranks start is chosen
 
 
 # Names of documents that live outside this repository, and numbered items of them ("item 21", "3.3").

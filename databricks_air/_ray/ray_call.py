@@ -11,73 +11,34 @@ with its torchrun environment. Then the call polls the hosts for output and exit
 hosts, and on closing kills the actors and removes the placement group, so nothing of the call stays on the cluster.
 
 Remote ranks run with their node's environment, the job's ``runtime_env`` (``env_vars`` included), the torchrun
-variables, and the caller's variables of the families listed in :data:`FORWARDED_PREFIXES` (MLflow's run, our
+variables, and the caller's variables of the families listed in :mod:`.forwarded_environ` (MLflow's run, our
 switches, accelerate's settings with ``ACCELERATE_USE_CPU`` for CPU ranks): not the caller's whole environment,
 whose paths mean nothing on another machine.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.outcome import RankOutcome, RankRecord, read_record
 from databricks.air._engine.rank_environ import flight_recorder_environ, job_environ
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
-from databricks.air._ray import clock_offsets, placement, session
+from databricks.air._ray import clock_offsets, placement, resources, session
+from databricks.air._ray.forwarded_environ import forwarded_environ
+from databricks.air._ray.host_polls import HostPolls, first_line
 from databricks.air._ray.rank_host import RankHost
 from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
 
-FORWARDED_PREFIXES = ("MLFLOW_", "DATABRICKS_", "TORCH_", "NCCL_", "GLOO_", "ACCELERATE_")
 _POLL_SECONDS = 0.5
-_NAMED_STORES = ("databricks", "databricks-uc")  # tracking URIs that are names, not paths
 _CLOSE_SECONDS = 5.0
-
-
-def forwarded_environ(environ: Dict[str, str], cwd: str) -> Dict[str, str]:
-    """The caller's variables that remote ranks get (see the module docstring)."""
-    forwarded = {key: value for key, value in environ.items() if key.startswith(FORWARDED_PREFIXES)}
-    uri = forwarded.get("MLFLOW_TRACKING_URI")
-    if uri:
-        forwarded["MLFLOW_TRACKING_URI"] = absolute_store(uri, cwd)
-    return forwarded
-
-
-def absolute_store(uri: str, cwd: str) -> str:
-    """A local MLflow store named relative to the caller's directory, named absolutely (ranks run elsewhere)."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///"):])
-    if uri.startswith("file:") and not uri.startswith("file:/"):
-        return "file:" + os.path.join(cwd, uri[len("file:"):])
-    if ":" not in uri and uri not in _NAMED_STORES and not os.path.isabs(uri):
-        return os.path.join(cwd, uri)
-    return uri
-
-
-def answered(ray: Any, refs: List[Any], timeout: float) -> List[Any]:
-    """The refs whose answer is in: waits up to ``timeout`` for the first, then takes every other one already in."""
-    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-    if ready:
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-    return ready
-
-
-def max_resources() -> Optional[Mapping[str, float]]:
-    """What an autoscaling cluster may grow to, as Ray's own libraries read it; ``None`` where unknown."""
-    try:
-        from ray._private.state import state
-
-        return state.get_max_resources_from_cluster_config()
-    except Exception:  # noqa: BLE001 - a private API of Ray: without it, the live nodes are the limit
-        return None
 
 
 class RayCall(Call):
@@ -93,7 +54,7 @@ class RayCall(Call):
         self.bundle: Dict[str, float] = {}
         self.hosts: List[Any] = []  # by bundle
         self.places: List[Place] = []  # by rank
-        self.polls: Dict[Any, int] = {}  # pending poll -> rank
+        self.polls = HostPolls(_POLL_SECONDS)  # by rank
         self.clocks: Optional[Tuple[Dict[int, float], str]] = None  # each rank's clock offset, once measured
 
     # --- starting ------------------------------------------------------------------------------------------------
@@ -101,7 +62,7 @@ class RayCall(Call):
     def start(self, deadline: Optional[float]) -> None:
         """Connect (to ``RAY_ADDRESS``, unless this process is connected), reserve, start the hosts and the ranks."""
         session.ensure_connected()
-        self.reserve(self.request.bundle(self.ray.nodes(), max_resources()), deadline)
+        self.reserve(self.request.bundle(*resources.cluster_resources(self.ray)), deadline)
         self.start_hosts(deadline)
         self.start_ranks(deadline)
 
@@ -113,21 +74,13 @@ class RayCall(Call):
         )
 
     def start_hosts(self, deadline: Optional[float]) -> None:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        host_class = self.ray.remote(RankHost)
-        bundle = self.bundle
-        host_options = dict(
-            num_cpus=bundle.get("CPU", 0),
-            num_gpus=bundle.get("GPU", 0),
-            resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
+        for host in placement.start_actors(
+            self.ray, RankHost, self.group, self.bundle, self.request.count,
             max_concurrency=3,  # a stop, or a look at the rank (a snapshot), must not wait behind a poll
             # Merged into the job's runtime_env; the caller has shown the Beta notice already.
             runtime_env={"env_vars": {_variables.BETA_NOTICE_SHOWN: "1"}},
-        )
-        for index in range(self.request.count):
-            strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
-            self.hosts.append(host_class.options(scheduling_strategy=strategy, **host_options).remote())
+        ):
+            self.hosts.append(host)
         where = self._get_all([host.where.remote() for host in self.hosts], deadline, "start the rank hosts")
         self.places = arrange([Slot(w["node_id"], w["node_ip"], tuple(w["gpu_ids"])) for w in where])
 
@@ -193,29 +146,22 @@ class RayCall(Call):
     def poll(self, seconds: float) -> None:
         # An interrupt may land anywhere in here: a rank whose poll was taken but not handled is polled again (its
         # exit status stays with its host, so only some output can be lost, and only then).
-        polled = set(self.polls.values())
+        polled = self.polls.polled()
         for outcome in self.running():
             if outcome.rank not in polled:
-                self._poll_again(outcome.rank)
-        for ref in answered(self.ray, list(self.polls), seconds):
-            rank = self.polls.pop(ref)
-            try:
-                report = self.ray.get(ref)
-            except self.ray.exceptions.RayError as error:
-                self._host_lost(rank, error)
+                self.polls.ask(outcome.rank, self._host(outcome.rank))
+        for rank, report in self.polls.answers(self.ray, seconds):
+            if isinstance(report, BaseException):
+                self._host_lost(rank, report)
                 continue
             for stream, data in report["output"]:
                 self.outputs[rank].feed(stream, data)
             if report["status"] is not None:
                 self.record_exit(rank, report["status"], read_record(report["result"], rank))
 
-    def _poll_again(self, rank: int) -> None:
-        self.polls[self._host(rank).poll.remote(_POLL_SECONDS)] = rank
-
     def _host_lost(self, rank: int, error: BaseException) -> None:
         """The rank's actor died (its node was lost, or Ray killed it): the rank is gone with it."""
-        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        what = f"its Ray actor on {self.places[rank].slot.node_ip} died ({summary})"
+        what = f"its Ray actor on {self.places[rank].slot.node_ip} died ({first_line(error)})"
         self.record_exit(rank, -signal.SIGKILL, RankRecord.host_lost(what))
 
     def _host(self, rank: int) -> Any:
@@ -287,11 +233,5 @@ class RayCall(Call):
         except Exception:  # noqa: BLE001 - the hosts may be gone already; killing them below is what counts
             pass
         finally:
-            for host in self.hosts:
-                try:
-                    self.ray.kill(host, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
-            if self.group is not None:
-                placement.release(self.group)
+            placement.dismantle(self.ray, self.hosts, self.group)
             self.close_outputs()

@@ -2,24 +2,20 @@
 give it. (How many ranks, and of which accelerator, was settled at decoration: ``validation.resolve_remote``.)
 
 A rank reserves one GPU (``{"GPU": 1}``), or one CPU in CPU mode (``{"CPU": 1}``). An accelerator type adds Ray's
-accelerator-type resource (``accelerator_type:H100``), which Ray gives every node from the name of its GPUs, so
-the ranks land on nodes of that model. A request the cluster cannot satisfy even when idle fails at once, naming
-what the cluster has, rather than waiting forever for resources that will never come.
+accelerator-type resource (``accelerator_type:H100``, :mod:`.resources`), so the ranks land on nodes of that
+model. A request the cluster cannot satisfy even when idle fails at once, naming what the cluster has, rather than
+waiting forever for resources that will never come.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
-from databricks.air.compute import AcceleratorType, GPUType
+from databricks.air._ray import resources
+from databricks.air._ray.resources import ACCELERATOR_RESOURCE_PREFIX, describe_nodes
+from databricks.air.compute import AcceleratorType
 from databricks.air.exceptions import GPUValidationError
-
-# Ray names a node's accelerator type from its GPU's name ("NVIDIA A10G" -> "A10G"); AWS sells A10 as A10G.
-RAY_ACCELERATOR_NAMES = {GPUType.H100: ("H100",), GPUType.A10: ("A10", "A10G"), GPUType.B300: ("B300",)}
-ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
-# The amount Ray's own `accelerator_type=` option reserves: enough to select the node, never a limit.
-_ACCELERATOR_AMOUNT = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,12 +40,12 @@ class RankRequest:
 
         ``nodes`` is :func:`ray.nodes`; ``max_resources`` what an autoscaling cluster may grow to, where known.
         """
-        alive = [node for node in nodes if node.get("Alive")]
+        alive = resources.alive(nodes)
         bundle: Dict[str, float] = {self.unit: 1.0}
         holders = alive
         if not self.cpu:
-            accelerator = self._accelerator_resource(alive, max_resources or {})
-            bundle[accelerator] = _ACCELERATOR_AMOUNT
+            accelerator = self._accelerator(alive, max_resources or {})
+            bundle[accelerator] = resources.ACCELERATOR_AMOUNT
             holders = [node for node in alive if node.get("Resources", {}).get(accelerator)]
         capacity = sum(int(node.get("Resources", {}).get(self.unit, 0)) for node in holders)
         if max_resources:
@@ -69,41 +65,16 @@ class RankRequest:
             "nodes to the cluster."
         )
 
-    def _accelerator_resource(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
-        model = self.shape.gpu_type
-        names = RAY_ACCELERATOR_NAMES.get(model, ()) if model is not None else ()
-        gpus_by_name = {
-            name: sum(
-                int(node.get("Resources", {}).get("GPU", 0))
-                for node in alive
-                if node.get("Resources", {}).get(ACCELERATOR_RESOURCE_PREFIX + name)
-            )
-            for name in names
-        }
-        present = [name for name in names if gpus_by_name[name]]
-        if present:
-            return ACCELERATOR_RESOURCE_PREFIX + max(present, key=lambda name: gpus_by_name[name])
-        for name in names:  # none up now, but an autoscaling cluster may add such nodes
-            if max_resources.get(ACCELERATOR_RESOURCE_PREFIX + name):
-                return ACCELERATOR_RESOURCE_PREFIX + name
-        raise GPUValidationError(
-            f"accelerator_type={self.shape.value} needs nodes whose GPUs Ray names {' or '.join(names)} (resource "
-            f"{ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has none. "
-            f"Cluster: {describe_nodes(alive)}."
+    def _accelerator(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
+        """The accelerator-type resource of the ranks' GPUs: of the names Ray gives them, the one with most GPUs."""
+        found = resources.accelerator_resource(
+            self.shape.gpu_type, alive, max_resources, lambda node: int(node.get("Resources", {}).get("GPU", 0))
         )
-
-def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
-    """``2 node(s): 10.0.0.1 (CPU 8, GPU 1, accelerator_type:A10G), ...`` for messages."""
-    if not nodes:
-        return "no live nodes"
-    parts: List[str] = []
-    for node in nodes:
-        resources = node.get("Resources", {})
-        shown = [f"{key} {_amount(resources[key])}" for key in ("CPU", "GPU") if resources.get(key)]
-        shown += sorted(key for key in resources if key.startswith(ACCELERATOR_RESOURCE_PREFIX))
-        parts.append(f"{node.get('NodeManagerAddress', '?')} ({', '.join(shown) or 'nothing'})")
-    return f"{len(nodes)} node(s): " + ", ".join(parts)
-
-
-def _amount(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+        if found is None:
+            names = resources.ray_names(self.shape.gpu_type)
+            raise GPUValidationError(
+                f"accelerator_type={self.shape.value} needs nodes whose GPUs Ray names {' or '.join(names)} (resource "
+                f"{ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has none. "
+                f"Cluster: {describe_nodes(alive)}."
+            )
+        return found

@@ -1,4 +1,5 @@
-"""This process's connection to a Ray cluster: ``ray_init``, and connecting on the first remote call.
+"""This process's connection to a Ray cluster: ``ray_init``, connecting on the first remote call, and a Ray job's
+entrypoint connecting to the cluster that runs it (:func:`connect_job_driver`).
 
 ``ray_init`` is ``ray.init`` with four differences: the caller's working directory travels to every node as the
 job's ``runtime_env`` ``working_dir`` (so ``import my_module`` works in ranks on other machines; pass
@@ -128,6 +129,14 @@ def ensure_connected() -> None:
             f"cannot connect to the Ray cluster at {ADDRESS_VARIABLE}={address}: {error}. Check the address, or "
             "call databricks.air.ray.ray_init(...) first."
         ) from error
+
+
+def connect_job_driver(**options: Any) -> Any:
+    """Connect this process, a Ray job's entrypoint, to the cluster that runs the job (Ray tells it where), without
+    Ray's INFO lines; ``options`` are ``ray.init``'s. Returns the ``ray`` module (``ray.shutdown()`` disconnects)."""
+    ray = import_ray()
+    ray.init(logging_level=logging.WARNING, **options)
+    return ray
 
 
 def check_reachable(address: str, source: str) -> None:

@@ -6,10 +6,11 @@ import logging
 
 import pytest
 
-from databricks.air._ray import ray_call as remote_call
+from databricks.air._ray.forwarded_environ import absolute_store, forwarded_environ
 from databricks.air._engine.rank_environ import job_environ
 from databricks.air._ray.rank_layout import Slot, arrange, rank_environ
-from databricks.air._ray.request import RankRequest, describe_nodes
+from databricks.air._ray.request import RankRequest
+from databricks.air._ray.resources import describe_nodes
 from databricks.air.validation import resolve_remote as resolve
 from databricks.air.compute import AcceleratorType
 from databricks.air.exceptions import GPUValidationError
@@ -139,7 +140,7 @@ def test_only_portable_variables_of_the_caller_travel(tmp_path) -> None:
         "MLFLOW_RUN_ID": "abc", "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "DATABRICKS_AIR_MLFLOW": "1",
         "NCCL_DEBUG": "INFO", "TORCHELASTIC_USE_AGENT_STORE": "True",
     }
-    forwarded = remote_call.forwarded_environ(caller, str(tmp_path))
+    forwarded = forwarded_environ(caller, str(tmp_path))
     assert forwarded == {
         "MLFLOW_RUN_ID": "abc", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
         "DATABRICKS_AIR_MLFLOW": "1", "NCCL_DEBUG": "INFO",
@@ -158,4 +159,4 @@ def test_only_portable_variables_of_the_caller_travel(tmp_path) -> None:
     ],
 )
 def test_a_relative_mlflow_store_is_named_from_the_callers_directory(uri: str, expected: str) -> None:
-    assert remote_call.absolute_store(uri, "/base") == expected
+    assert absolute_store(uri, "/base") == expected

@@ -26,12 +26,12 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
 from databricks.air import _variables, compute
-from databricks.air._ray.ray_call import absolute_store
+from databricks.air._ray.forwarded_environ import NAMED_STORES, absolute_store
 from databricks.air.workloads import attempt_tracking, secret_store, statuses, supervisor
 from databricks.air.workloads.backends import ray_package, ray_report
 from databricks.air.workloads.backends.base import Backend, CannotPlace
 from databricks.air.workloads.backends.ray_jobs import TERMINAL, RayJobs
-from databricks.air.workloads.backends.ray_placement import NodeRequest, node_plan
+from databricks.air.workloads.backends.ray_node_request import NodeRequest, node_plan
 from databricks.air.workloads.errors import UnsupportedHere, WorkloadError
 from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import NodePlan, RunState
@@ -50,7 +50,6 @@ CREDENTIALS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRAC
 SYNC_SECONDS = 0.5
 """How often one process asks the cluster for a run's log, at most, when no stream is open."""
 _STOP_WAIT_EXTRA_SECONDS = 20  # Ray's time between SIGTERM and SIGKILL of the supervisor: its grace, and more
-_NAMED_STORES = ("databricks", "databricks-uc")
 
 _clusters: Dict[str, RayJobs] = {}
 _streams: Dict[str, threading.Thread] = {}
@@ -279,4 +278,4 @@ def _end_as_the_job_did(folder: RunFolder, state: RunState, status: str, info: A
 
 
 def _is_local_store(uri: str) -> bool:
-    return not uri or uri.startswith(("file:", "sqlite:")) or ("://" not in uri and uri not in _NAMED_STORES)
+    return not uri or uri.startswith(("file:", "sqlite:")) or ("://" not in uri and uri not in NAMED_STORES)

@@ -1,14 +1,16 @@
 """The Ray backend's :class:`~.base.NodeLauncher`, used by the supervisor that runs as the Ray job's entrypoint.
 
-Each attempt reserves a placement group of one bundle per node, spread over distinct Ray nodes (``STRICT_SPREAD``,
-:mod:`.ray_placement`), created whole or not at all and waited for within the attempt's timeout; it starts one
+Each attempt reserves a placement group of one bundle per node (:mod:`.ray_node_request`), spread over distinct Ray
+nodes (``STRICT_SPREAD``), created whole or not at all and waited for within the attempt's timeout; it starts one
 :class:`~.ray_node_host.NodeHost` actor in each bundle (bundle 0's node is node 0: ``MASTER_ADDR``, and
 ``MASTER_PORT`` is a port free there), with ``environment.dependencies`` as its runtime environment's ``pip`` list
 (which Ray installs on each node before the actor starts: pip failing there fails the run, without retries), starts
 the command on every node, and polls them for output and exit statuses. The first node that fails stops the others.
 Closing the attempt kills its actors and removes its placement group, so a retry is placed anew and nothing of an
 attempt stays on the cluster; a supervisor that dies takes them with it too (Ray ends the actors and placement
-groups of a job whose driver is gone, and each node's keeper then stops its command).
+groups of a job whose driver is gone, and each node's keeper then stops its command). The placement group, the
+actors and the polls are the Ray parts' (:mod:`databricks.air._ray.placement`,
+:mod:`databricks.air._ray.host_polls`), shared with ``remote=True``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import signal
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from databricks.air._ray.ray_call import answered, max_resources
+from databricks.air._ray import placement, resources
+from databricks.air._ray.host_polls import HostPolls, first_line
 from databricks.air._ray.require import import_ray
 from databricks.air.workloads import environments
 from databricks.air.workloads.backends import ray_package
 from databricks.air.workloads.backends.base import AttemptLaunch, NodeGroup, NodeLauncher
 from databricks.air.workloads.backends.ray_node_host import NodeHost
-from databricks.air.workloads.backends.ray_placement import STRATEGY, NodeRequest
+from databricks.air.workloads.backends.ray_node_request import STRATEGY, NodeRequest
 from databricks.air.workloads.run_state import NodePlan
 
 _POLL_SECONDS = 0.2
@@ -49,30 +52,21 @@ class RayNodes(NodeLauncher):
 
     def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
                 say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
-        from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         request = NodeRequest(plan, self.accelerator_type)
-        bundle = request.bundle(self.ray.nodes(), max_resources())
-        group = placement_group([dict(bundle) for _ in range(plan.num_nodes)], strategy=STRATEGY, name=self.name)
+        bundle = request.bundle(*resources.cluster_resources(self.ray))
+        group = placement.create(bundle, plan.num_nodes, STRATEGY, name=self.name)
         hosts: List[Any] = []
         try:
             if not self._wait(lambda step: group.wait(step), deadline, interrupted, request.what):
-                remove_placement_group(group)
+                placement.release(group)
                 return None
-            host_class = self.ray.remote(NodeHost)
-            options = dict(
-                num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
-                resources={key: value for key, value in bundle.items() if key not in ("CPU", "GPU")},
-                max_concurrency=4,  # a stop must not wait behind a poll
-            )
+            options: Dict[str, Any] = dict(max_concurrency=4)  # a stop must not wait behind a poll
             if self.pip is not None:  # merged into the job's: the working directory and variables stay
                 options["runtime_env"] = {"pip": self.pip}
                 # Ray builds each host's environment before the host starts: minutes, for a big list
                 say(f"installing environment.dependencies on {plan.num_nodes} node(s) (Ray's runtime environment)")
-            for index in range(plan.num_nodes):
-                strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
-                hosts.append(host_class.options(scheduling_strategy=strategy, **options).remote())
+            for host in placement.start_actors(self.ray, NodeHost, group, bundle, plan.num_nodes, **options):
+                hosts.append(host)
             pending = [host.where.remote() for host in hosts]
             if not self._wait(lambda step: not self.ray.wait(pending, num_returns=len(pending), timeout=step)[1],
                               deadline, interrupted, "the nodes' hosts to start"):
@@ -119,7 +113,7 @@ class RayNodeGroup(NodeGroup):
         self.where = where
         self.launch: Optional[AttemptLaunch] = None
         self.codes: List[Optional[int]] = [None] * len(hosts)
-        self.polls: Dict[Any, int] = {}  # pending poll -> node
+        self.polls = HostPolls(_POLL_SECONDS)  # by node
         self._stopping = False
 
     def master_address(self) -> str:
@@ -145,16 +139,13 @@ class RayNodeGroup(NodeGroup):
 
     def _poll(self, timeout: float) -> None:
         for node, host in enumerate(self.hosts):
-            if self.codes[node] is None and node not in self.polls.values():
-                self.polls[host.poll.remote(_POLL_SECONDS)] = node
-        if not self.polls:
+            if self.codes[node] is None and node not in self.polls.polled():
+                self.polls.ask(node, host)
+        if not self.polls.pending:
             return
-        for ref in answered(self.ray, list(self.polls), timeout):
-            node = self.polls.pop(ref)
-            try:
-                report = self.ray.get(ref)
-            except self.ray.exceptions.RayError as error:
-                self._lost(node, error)
+        for node, report in self.polls.answers(self.ray, timeout):
+            if isinstance(report, BaseException):
+                self._lost(node, report)
                 continue
             if report["output"] and self.launch is not None:
                 self.launch.outputs[node].feed(report["output"])
@@ -164,10 +155,9 @@ class RayNodeGroup(NodeGroup):
                     self._stop_all()  # the first node that fails stops the others
 
     def _lost(self, node: int, error: BaseException) -> None:
-        summary = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if self.launch is not None:
             self.launch.outputs[node].write_note(
-                f"[air] node {node}'s Ray actor on {self.where[node]['node_ip']} died ({summary})")
+                f"[air] node {node}'s Ray actor on {self.where[node]['node_ip']} died ({first_line(error)})")
         self.codes[node] = _LOST
         if not self._stopping:
             self._stop_all()
@@ -187,8 +177,6 @@ class RayNodeGroup(NodeGroup):
 
     def close(self) -> None:
         """Stop what still runs, kill the actors, remove the placement group: nothing of the attempt is left."""
-        from ray.util.placement_group import remove_placement_group
-
         grace = self.launch.grace_seconds if self.launch is not None else 0.0
         try:
             closing = [host.close.remote(grace + _CLOSE_EXTRA_SECONDS) for host in self.hosts]
@@ -197,15 +185,7 @@ class RayNodeGroup(NodeGroup):
         except Exception:  # noqa: BLE001 - hosts that are gone already; killing them below is what counts
             pass
         finally:
-            for host in self.hosts:
-                try:
-                    self.ray.kill(host, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
-            try:
-                remove_placement_group(self.group)
-            except Exception:  # noqa: BLE001 - the cluster may be gone; nothing is left to give back then
-                pass
+            placement.dismantle(self.ray, self.hosts, self.group)
 
     def owner(self) -> Dict[str, Any]:
         return {"placement_group": self.group.id.hex(),

@@ -13,7 +13,6 @@ status is 0 only when the run ended ``SUCCESS``, so the Ray job's status follows
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -81,12 +80,11 @@ def main() -> int:
 
 def _supervise(folder: ReportingRunFolder, spec: RunSpec, root: str, secrets: Dict[str, str],
                wake: threading.Event, reporter: Reporter) -> str:
-    import ray
-
+    from databricks.air._ray import session
     from databricks.air.workloads.backends.ray_nodes import RayNodes
     from databricks.air.workloads.supervisor import Supervisor
 
-    ray.init(logging_level=logging.WARNING, log_to_driver=False)  # the nodes' output comes through their hosts
+    ray = session.connect_job_driver(log_to_driver=False)  # the nodes' output comes through their hosts
     _stop_on_sigterm(wake)  # ray.init put its own handler in place, which exits at once, leaving every node running
     try:
         launcher = RayNodes(root, spec.accelerator_type, name=f"air-run-{spec.run_id}")

@@ -1,11 +1,13 @@
-"""Where a workload's nodes go on a Ray cluster: one placement-group bundle per node, on distinct Ray nodes.
+"""What a workload's nodes ask of a Ray cluster: how many (:func:`node_plan`), and one placement-group bundle per
+node, on distinct Ray nodes (:class:`NodeRequest`).
 
 A node of the workload is one bundle of the node's accelerators: ``{"GPU": 8, "accelerator_type:H100": 0.001}``
-for ``GPU_8xH100`` (Ray's accelerator-type resource selects nodes of that model, as for ``remote=True``), or
-``{"CPU": n}`` for CPU ranks. The bundles are spread over distinct Ray nodes (``STRICT_SPREAD``): the command runs
-once per machine, as upstream runs it. Whether the cluster can ever hold them is checked before anything is
-started (on the submitting machine with the nodes that are up; in the supervisor also against what an autoscaling
-cluster may grow to), and a request that cannot be met says what the cluster has.
+for ``GPU_8xH100`` (Ray's accelerator-type resource selects nodes of that model, as for ``remote=True``:
+:mod:`databricks.air._ray.resources`), or ``{"CPU": n}`` for CPU ranks. The bundles are spread over distinct Ray
+nodes (``STRICT_SPREAD``): the command runs once per machine, as upstream runs it. Whether the cluster can ever
+hold them is checked before anything is started (on the submitting machine with the nodes that are up; in the
+supervisor also against what an autoscaling cluster may grow to), and a request that cannot be met says what the
+cluster has.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from databricks.air._ray.request import ACCELERATOR_RESOURCE_PREFIX, RAY_ACCELERATOR_NAMES, describe_nodes
+from databricks.air._ray import placement, resources
+from databricks.air._ray.resources import ACCELERATOR_RESOURCE_PREFIX, describe_nodes
 from databricks.air.compute import AcceleratorType
 from databricks.air.workloads.backends.base import CannotPlace
 from databricks.air.workloads.errors import InvalidArguments
 from databricks.air.workloads.run_state import NodePlan
 
-STRATEGY = "STRICT_SPREAD"
-_ACCELERATOR_AMOUNT = 0.001  # what Ray's own `accelerator_type=` option reserves: selects the node, never a limit
+STRATEGY = placement.STRICT_SPREAD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +55,10 @@ class NodeRequest:
 
         ``nodes`` is :func:`ray.nodes`; ``max_resources`` what an autoscaling cluster may grow to, where known.
         """
-        alive = [node for node in nodes if node.get("Alive")]
+        alive = resources.alive(nodes)
         bundle: Dict[str, float] = {self.unit: float(self.plan.local_world_size)}
         if not self.plan.cpu:
-            bundle[self._accelerator_resource(alive, max_resources or {})] = _ACCELERATOR_AMOUNT
+            bundle[self._accelerator(alive, max_resources or {})] = resources.ACCELERATOR_AMOUNT
         fitting = [node for node in alive if _holds(node.get("Resources", {}), bundle)]
         if len(fitting) >= self.plan.num_nodes:
             return bundle
@@ -74,22 +76,18 @@ class NodeRequest:
                 f"{fitting} node(s) of the Ray cluster can hold one. Cluster: {describe_nodes(alive)}. {hint}, or "
                 "add nodes to the cluster.")
 
-    def _accelerator_resource(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
+    def _accelerator(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
+        """The accelerator-type resource of the nodes' GPUs: of the names Ray gives them, the one most nodes have."""
         model = AcceleratorType(self.accelerator_type).gpu_type
-        names = RAY_ACCELERATOR_NAMES.get(model, ()) if model is not None else ()
-        holders = {name: sum(1 for node in alive
-                             if node.get("Resources", {}).get(ACCELERATOR_RESOURCE_PREFIX + name)) for name in names}
-        present = [name for name in names if holders[name]]
-        if present:
-            return ACCELERATOR_RESOURCE_PREFIX + max(present, key=lambda name: holders[name])
-        for name in names:  # none up now, but an autoscaling cluster may add such nodes
-            if max_resources.get(ACCELERATOR_RESOURCE_PREFIX + name):
-                return ACCELERATOR_RESOURCE_PREFIX + name
-        raise CannotPlace(
-            f"compute.accelerator_type: {self.accelerator_type} needs Ray nodes whose GPUs Ray names "
-            f"{' or '.join(names)} (resource {ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has "
-            f"none. Cluster: {describe_nodes(alive)}."
-        )
+        found = resources.accelerator_resource(model, alive, max_resources, lambda node: 1)
+        if found is None:
+            names = resources.ray_names(model)
+            raise CannotPlace(
+                f"compute.accelerator_type: {self.accelerator_type} needs Ray nodes whose GPUs Ray names "
+                f"{' or '.join(names)} (resource {ACCELERATOR_RESOURCE_PREFIX}{names[0]}), and the Ray cluster has "
+                f"none. Cluster: {describe_nodes(alive)}."
+            )
+        return found
 
 
 def _holds(resources: Mapping[str, float], bundle: Mapping[str, float]) -> bool:
