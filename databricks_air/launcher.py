@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 from databricks.air import _log_folders as log_folders
 from databricks.air import _settings, _variables, compute, payload, straggler_record, tracking, validation
@@ -249,15 +249,16 @@ class DistributedFunction:
         name = getattr(self.func, "__qualname__", "function")
         environ = dict(os.environ)
         settings = _settings.read(environ)
-        engine.check(environ, settings.start_method, self.remote)
-        engine.prewarm(environ, self.remote)  # a local rank server imports torch while we pickle and make the run
+        calls = engine.call_class(self.remote)  # the way the ranks start: on this machine, or on a Ray cluster
+        calls.check(environ, settings.start_method)
+        calls.prewarm(environ)  # a local rank server imports torch while we pickle and make the run
         function_bytes = payload.serialize_function(self.func)
         argument_bytes = payload.serialize_arguments(self.func, bound)
         # MLflow's active run is per thread: the caller's, or the notebook's (main thread's) for a call submitted
         # from a worker thread, is the parent, taken now, on the caller's thread.
         parent = tracking.active_run_id() if settings.tracking else None
         return _Prepared(
-            name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent, started
+            name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent, started, calls
         )
 
     def _handle(self, prepared: "_Prepared") -> DistributedFunctionCall:
@@ -281,7 +282,7 @@ class DistributedFunction:
                 getattr(self.func, "__name__", "function"), settings.log_root, settings.keep_calls, settings.keep_days
             )
             log_dir = self.last_log_dir = call.log_dir = folder.path
-            simulated = engine.simulated_gpus(environ) if not self.remote else None
+            simulated = engine.simulated_gpus(environ) if prepared.calls.runs_here else None
             if call.kind == "CPU" or simulated is not None:
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             where = f" (simulated: {_variables.SIMULATE_GPUS}={simulated}, ranks run on CPUs)" if simulated else ""
@@ -301,11 +302,11 @@ class DistributedFunction:
                 )
             if run is not None:
                 run.show()
-                if not self.remote:  # ranks on other machines cannot reach the caller's writer: they write their own
+                if prepared.calls.runs_here:  # ranks elsewhere cannot reach the caller's writer: they write their own
                     run.start_metrics_writer()
                 environ.update(run.environ_for_ranks(environ))
                 run.start_log_uploads(log_dir, settings.log_upload_seconds)
-                if not self.remote and settings.system_metrics:  # this node's metrics say nothing of other machines
+                if prepared.calls.runs_here and settings.system_metrics:  # this node's say nothing of other machines
                     run.start_system_metrics(settings.system_metrics_seconds)
             values = self._launch(call, prepared, environ, log_dir, run)
         except KeyboardInterrupt:
@@ -346,7 +347,7 @@ class DistributedFunction:
         run: Optional[tracking.CallRun],
     ) -> List[Any]:
         gpus: List[str] = []
-        if not self.remote and call.kind == "GPU":  # GPUs of the call's own, leased from every call of the node
+        if prepared.calls.runs_here and call.kind == "GPU":  # GPUs of the call's own, leased from the node's calls
             gpus = engine.leasable_gpus(environ, compute.attached_gpu_count())
 
         def queued(what: str) -> None:
@@ -371,7 +372,6 @@ class DistributedFunction:
             **prepared.settings.engine(),
             on_report=run.keep_snapshot if run is not None else None,
             hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
-            remote=self.remote,
             accelerator_type=self.accelerator_type,
             gpus=gpus,
             on_queued=queued,
@@ -384,7 +384,7 @@ class DistributedFunction:
             on_lease=lambda devices: setattr(call, "gpus", tuple(devices)),
             on_stragglers=straggler_record.StragglerRecord(call, run),
         )
-        return engine.run(launch)
+        return engine.run(launch, prepared.calls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,6 +403,9 @@ class _Prepared:
     started: float
     """When ``.distributed()`` or ``submit()`` was called (``time.monotonic()``): the call's clock and its timeout
     count from here, its set-up (the MLflow run, the rank server) included."""
+    calls: Type[engine.Call]
+    """The way its ranks start (:func:`~databricks.air._engine.launch.call_class`), chosen once: the launcher asks
+    it what differs between this machine and a Ray cluster."""
 
     def deadline(self, timeout: Optional[float]) -> Optional[float]:
         """When the call must be over (``time.monotonic()``), or ``None`` without a timeout."""

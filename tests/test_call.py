@@ -129,6 +129,25 @@ def test_where_ranks_run_is_chosen_in_one_place() -> None:
     assert engine.call_class(remote=False) is LocalCall
     assert engine.call_class(remote=True) is RayCall
     assert issubclass(RayCall, Call) and issubclass(LocalCall, Call)
+    assert LocalCall.runs_here and not RayCall.runs_here
+
+
+def test_the_launcher_asks_the_chosen_call_and_never_branches_on_remote() -> None:
+    """What differs between ranks here and on Ray (GPU leases, the metrics writer, this machine's metrics) is asked
+    of the chosen ``Call``; ``remote=`` only chooses it (and, at decoration, how the settings are resolved)."""
+    import ast
+    import inspect
+
+    from databricks.air import launcher
+
+    tree = ast.parse(inspect.getsource(launcher))
+    branches = [  # `if not self.remote:`, `... if self.remote else ...`
+        f"launcher.py:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.If, ast.IfExp))
+        and any(isinstance(name, ast.Attribute) and name.attr == "remote" for name in ast.walk(node.test))
+    ]
+    assert branches == []
 
 
 def test_a_rank_that_fails_while_an_interrupt_looks_at_the_ranks_leaves_it_an_interrupt(tmp_path: Path) -> None:

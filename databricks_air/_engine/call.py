@@ -5,7 +5,9 @@ There is one implementation per way of starting processes, as torch elastic has 
 * :class:`~databricks.air._engine.local_call.LocalCall`: ranks forked by a rank server on this machine;
 * :class:`~databricks.air._ray.ray_call.RayCall`: ranks started by Ray actors on a cluster (``remote=True``).
 
-:func:`databricks.air._engine.launch.run` chooses one. Each implementation says how to reach its ranks:
+:func:`databricks.air._engine.launch.call_class` chooses one. Each implementation says where its ranks run
+(:attr:`Call.runs_here`), what it checks and gets ready before a call (:meth:`Call.check`, :meth:`Call.prewarm`),
+and how to reach its ranks:
 
 * :meth:`Call.start`: start every rank, within the deadline; each gets its :class:`RankOutcome` in
   :attr:`Call.outcomes` and its :class:`~databricks.air._engine.output.RankOutput` in :attr:`Call.outputs`;
@@ -39,7 +41,7 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air._engine import snapshot, stall_watch, stop_report, straggler_watch
 from databricks.air._engine.failures import results_or_error
@@ -84,8 +86,6 @@ class Launch:
     grace_period: float = 3.0
     hints: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Text seen in the root cause's error or output -> advice added to the failure report."""
-    remote: bool = False
-    """Run the ranks on the connected Ray cluster instead of this machine."""
     accelerator_type: Optional["AcceleratorType"] = None
     """What each rank reserves on a Ray cluster (one GPU of that model, or one CPU); unused on this machine."""
     snapshot_seconds: float = snapshot.DEFAULT_BUDGET
@@ -149,6 +149,10 @@ class Call(abc.ABC):
                                                               launch.world_size, launch.on_stragglers)
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
+
+    runs_here: ClassVar[bool]
+    """Whether the ranks run on this machine, the caller's: then they lease its GPUs (or run on simulated ones), reach
+    the caller's MLflow metrics writer, and this machine's system metrics are theirs."""
 
     @classmethod
     def check(cls, environ: Mapping[str, str], start_method: str) -> None:

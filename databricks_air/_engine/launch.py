@@ -1,12 +1,12 @@
-"""The engine's entry point: run one call's ranks (:func:`run`), and get ready for a call that comes soon
-(:func:`prewarm`).
+"""The engine's entry point: choose the way a call's ranks start (:func:`call_class`), and run them (:func:`run`).
 
 The engine knows nothing of MLflow or accelerator names: it runs a pickled function once per rank with a
 torchrun-compatible environment and returns every rank's value in rank order, or raises. Where the ranks run is
 chosen here, and only here (:func:`call_class`): on this machine
 (:class:`~databricks.air._engine.local_call.LocalCall`), or on the connected Ray cluster
-(:class:`~databricks.air._ray.ray_call.RayCall`). Both follow the contract of
-:class:`~databricks.air._engine.call.Call`:
+(:class:`~databricks.air._ray.ray_call.RayCall`). The caller chooses once, and asks the chosen class what differs
+(its checks, getting ready for a call that comes soon, whether the ranks run on this machine). Both follow the
+contract of :class:`~databricks.air._engine.call.Call`:
 
 * the first failing rank stops all others at once (SIGTERM to each rank and everything it started, SIGKILL after
   ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.Supervisor`'s);
@@ -19,8 +19,9 @@ Example::
 
     launch = Launch(name="train", world_size=2, function=..., arguments=..., environ=dict(os.environ),
                     cwd=os.getcwd(), sys_path=list(sys.path), argv=list(sys.argv), log_dir=log_dir, timeout=600)
-    prewarm(launch.environ)          # optional: the rank server imports torch meanwhile
-    values = run(launch)             # [value of rank 0, value of rank 1]
+    calls = call_class(remote=False)  # LocalCall
+    calls.prewarm(launch.environ)     # optional: the rank server imports torch meanwhile
+    values = run(launch, calls)       # [value of rank 0, value of rank 1]
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import Any, List, Mapping, Optional, Type
 
 from databricks.air._engine import gpu_leases, restarts
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
 from databricks.air.exceptions import LocalExecutionTimeoutError
 
-__all__ = ["Launch", "call_class", "leasable_gpus", "prewarm", "run", "simulated_gpus"]
+__all__ = ["Call", "Launch", "call_class", "leasable_gpus", "run", "simulated_gpus"]
 
 
 def call_class(remote: bool) -> Type[Call]:
@@ -46,17 +47,6 @@ def call_class(remote: bool) -> Type[Call]:
 
         return RayCall
     return LocalCall
-
-
-def check(environ: Mapping[str, str], start_method: str, remote: bool = False) -> None:
-    """Raise :class:`RuntimeConfigurationError` for a setting a call with this environment could not start with:
-    before it prints, makes its log folder or opens its run."""
-    call_class(remote).check(environ, start_method)
-
-
-def prewarm(environ: Dict[str, str], remote: bool = False) -> None:
-    """Get ready for a call with this environment that comes soon, so that it starts sooner."""
-    call_class(remote).prewarm(environ)
 
 
 def leasable_gpus(environ: Mapping[str, str], count: int) -> List[str]:
@@ -69,8 +59,9 @@ def simulated_gpus(environ: Mapping[str, str]) -> Optional[int]:
     return gpu_leases.simulated_count(environ)
 
 
-def run(launch: Launch) -> List[Any]:
-    """Run ``launch`` and return every rank's value, indexed by global rank.
+def run(launch: Launch, calls: Type[Call] = LocalCall) -> List[Any]:
+    """Run ``launch`` the way ``calls`` starts ranks (:func:`call_class`) and return every rank's value, indexed by
+    global rank.
 
     With ``max_restarts``, a failure that is not the function's own (:mod:`.restarts`) stops every rank, keeps the
     attempt's logs and reports in ``attempt_<n>/`` of the log folder, and starts every rank again, within the one
@@ -83,7 +74,7 @@ def run(launch: Launch) -> List[Any]:
     attempt = dataclasses.replace(launch, deadline=deadline)
     history: List[restarts.Restart] = []
     while True:
-        call = call_class(launch.remote)(attempt)
+        call = calls(attempt)
         try:
             return call.run()
         except (KeyboardInterrupt, LocalExecutionTimeoutError):

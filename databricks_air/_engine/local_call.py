@@ -48,6 +48,8 @@ _EXIT_NOTICE_SECONDS = 5.0
 class LocalCall(Call):
     """The ranks of one call on this machine, and what is known of them."""
 
+    runs_here = True
+
     def __init__(self, launch: Launch) -> None:
         super().__init__(launch)
         self.server: Optional[RankServerHandle] = None

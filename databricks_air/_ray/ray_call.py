@@ -44,6 +44,8 @@ _CLOSE_SECONDS = 5.0
 class RayCall(Call):
     """The ranks of one call on the cluster, and what is known of them."""
 
+    runs_here = False
+
     def __init__(self, launch: Launch) -> None:
         super().__init__(launch)
         if launch.accelerator_type is None:

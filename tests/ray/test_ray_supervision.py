@@ -62,7 +62,7 @@ class FakeRay:
 
 def test_an_interrupt_between_taking_and_handling_a_poll_loses_no_rank(tmp_path: Path) -> None:
     launch = Launch(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[], argv=[],
-                    log_dir=str(tmp_path), grace_period=5.0, remote=True, accelerator_type=AcceleratorType.CPU)
+                    log_dir=str(tmp_path), grace_period=5.0, accelerator_type=AcceleratorType.CPU)
     call = RayCall(launch)
     fake = FakeRay()
     call.ray = fake
