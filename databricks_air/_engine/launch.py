@@ -9,7 +9,7 @@ chosen here, and only here (:func:`call_class`): on this machine
 :class:`~databricks.air._engine.call.Call`:
 
 * the first failing rank stops all others at once (SIGTERM to each rank and everything it started, SIGKILL after
-  ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.Supervisor`'s);
+  ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.RankSupervisor`'s);
 * ``timeout`` bounds the whole call (:class:`LocalExecutionTimeoutError`);
 * ``KeyboardInterrupt`` stops every rank and every process a rank started, then propagates (a second one skips
   the grace period);
