@@ -41,6 +41,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from databricks.air._call_folder import CallFolder, ReportFolder
 from databricks.air._engine import snapshot, stall_watch, stop_report, straggler_watch
 from databricks.air._engine.failures import results_or_error
 from databricks.air._engine.outcome import RankOutcome, RankRecord
@@ -132,6 +133,8 @@ class Call(abc.ABC):
 
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
+        self.folder = CallFolder(launch.log_dir)
+        """The call's log folder."""
         self.outcomes: Dict[int, RankOutcome] = {}
         """Every started rank's outcome, by rank."""
         self.outputs: Dict[int, RankOutput] = {}
@@ -215,11 +218,11 @@ class Call(abc.ABC):
         running = self.running()
         reason = self._stop_reason_now()
         began = time.time()
-        self.stop_report = self._snapshot_and_report(running, reason)
+        self.stop_report = self._snapshot_and_report(running, reason, self.folder.snapshot)
         # A rank that fails while the look takes its seconds has lost its peer to what stopped the call. After an
         # interrupt or at the timeout that is the stop's consequence, never the call's root cause (the call raises
         # KeyboardInterrupt, or the timeout); after a failure it is one more failure, listed as one.
-        stopped_at = time.time() if reason == StopReason.FAILURE.value else began
+        stopped_at = time.time() if reason is StopReason.FAILURE else began
         for outcome in running:
             outcome.stopped_at = stopped_at
         self.send(signal.SIGTERM, running)
@@ -284,12 +287,12 @@ class Call(abc.ABC):
         for output in self.outputs.values():
             output.finish()
 
-    def _stop_reason_now(self) -> str:
+    def _stop_reason_now(self) -> StopReason:
         reason = self.supervisor.stop_reason if self.supervisor is not None else None
-        return reason.value if reason is not None else "failure"
+        return reason if reason is not None else StopReason.FAILURE
 
-    def _snapshot_and_report(self, running: Sequence[RankOutcome], reason: str,
-                             folder: str = stop_report.SNAPSHOT_FOLDER) -> Optional[StopReport]:
+    def _snapshot_and_report(self, running: Sequence[RankOutcome], reason: StopReason,
+                             folder: ReportFolder) -> Optional[StopReport]:
         """Snapshot ``running`` and report on every rank (written to the log folder); ``None`` when there is no
         rank to look at, or snapshots are off."""
         budget = self.launch.snapshot_seconds
@@ -299,12 +302,12 @@ class Call(abc.ABC):
             snapshots = self.snapshot(running, budget)
             if not snapshots:
                 return None  # this way of starting ranks cannot look at them
-            report = stop_report.build(reason, self.outcomes, snapshots, self.launch.log_dir, folder)
+            report = stop_report.build(reason, self.outcomes, snapshots, folder)
         except Exception as error:  # noqa: BLE001 - a failed look must never keep the ranks from being stopped
             print(f"databricks.air: could not take a snapshot of the ranks: {error!r}", file=sys.stderr, flush=True)
             return None
-        if reason == StopReason.INTERRUPT.value:  # shown before KeyboardInterrupt propagates
-            print(report.text("databricks.air: interrupted. Where the ranks were:"), file=sys.stderr, flush=True)
+        if reason is StopReason.INTERRUPT:  # shown before KeyboardInterrupt propagates
+            print(report.text(), file=sys.stderr, flush=True)
         self._call_on_report(report)
         return report
 
@@ -334,9 +337,9 @@ class Call(abc.ABC):
         if stall is None:
             return
         self._stall_reports += 1
-        report = self._snapshot_and_report(running, "stall", f"stall_{self._stall_reports}")
+        report = self._snapshot_and_report(running, StopReason.STALL, self.folder.stall(self._stall_reports))
         warning = f"databricks.air: warning: {self.launch.name} looks stalled: {stall.describe()}."
-        body = report.text("Where the ranks are (the call goes on):") if report is not None else ""
+        body = report.text() if report is not None else ""
         print(f"{warning}\n{body}".rstrip(), file=sys.stderr, flush=True)
 
     def _receive(self, seconds: float) -> None:

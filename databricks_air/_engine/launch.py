@@ -26,11 +26,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Type
 
+from databricks.air._call_folder import CallFolder
 from databricks.air._engine import gpu_leases, restarts
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
@@ -103,7 +103,7 @@ def run(launch: Launch) -> List[Any]:
             print(
                 f"databricks.air: {decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
                 f"{restarts.resuming_from(launch.log_dir)} (attempt {attempt.attempt}'s logs: "
-                f"{os.path.join(launch.log_dir, f'attempt_{attempt.attempt}')})",
+                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -45,7 +45,7 @@ POLL_SECONDS = 0.5
 
 
 class StopReason(enum.Enum):
-    """Why the ranks were stopped before they all ended on their own."""
+    """Why the ranks were stopped before they all ended on their own, or looked at while they ran (a stall)."""
 
     FAILURE = "failure"
     """A rank failed."""
@@ -53,6 +53,8 @@ class StopReason(enum.Enum):
     """The call reached its deadline."""
     INTERRUPT = "interrupt"
     """A ``KeyboardInterrupt`` reached the caller."""
+    STALL = "stall"
+    """The ranks looked stalled: a report is taken, and the call goes on (never a reason the supervisor stops)."""
 
 
 class RankSupervisor:
