@@ -13,7 +13,7 @@ from air_migrate.rules import REGISTRY
 
 def migrate(source: str) -> Tuple[str, List[Tuple[int, int, bool, str]]]:
     module, findings = apply(REGISTRY["AM101"], libcst.parse_module(source))
-    return module.code, [(f.line, f.column, f.attention, f.message) for f in findings]
+    return module.code, [(f.line, f.column, f.severity.needs_person, f.message) for f in findings]
 
 
 CHANGES = [
@@ -73,8 +73,8 @@ def test_an_existing_databricks_air_import_is_not_duplicated() -> None:
 def test_a_star_import_is_rewritten_and_flagged_for_review() -> None:
     module, findings = apply(REGISTRY["AM101"], libcst.parse_module("from serverless_gpu import *\n"))
     assert module.code == "from databricks.air import *\n"
-    assert [(f.line, f.column, f.attention, f.review, f.message) for f in findings] == [
-        (1, 1, False, True, "from serverless_gpu import * -> from databricks.air import *; list the names you use "
+    assert [(f.line, f.column, f.severity, f.message) for f in findings] == [
+        (1, 1, "review", "from serverless_gpu import * -> from databricks.air import *; list the names you use "
          "instead of *")
     ]
 
@@ -83,9 +83,9 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
     module, findings = apply(
         REGISTRY["AM101"], libcst.parse_module("import serverless_gpu\nserverless_gpu.distributed(gpus=2)\n")
     )
-    assert [(f.line, f.column, f.end_line, f.end_column, f.before, f.after, f.review) for f in findings] == [
-        (1, 1, 1, 22, "import serverless_gpu", "import databricks.air", False),
-        (2, 1, 2, 15, "serverless_gpu", "databricks.air", False),
+    assert [(f.line, f.column, f.end_line, f.end_column, f.before, f.after, f.severity) for f in findings] == [
+        (1, 1, 1, 22, "import serverless_gpu", "import databricks.air", "change"),
+        (2, 1, 2, 15, "serverless_gpu", "databricks.air", "change"),
     ]
 
 

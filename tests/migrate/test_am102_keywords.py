@@ -16,7 +16,7 @@ def migrate(source: str, *codes: str) -> Tuple[str, List[Tuple[int, int, bool, s
     findings = []
     for code in codes or ("AM102",):
         module, found = apply(REGISTRY[code], module)
-        findings += [(f.line, f.column, f.attention, f.message) for f in found]
+        findings += [(f.line, f.column, f.severity.needs_person, f.message) for f in found]
     return module.code, findings
 
 

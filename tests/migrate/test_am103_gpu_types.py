@@ -15,7 +15,7 @@ from databricks.air.compute import AcceleratorType, GPUType
 
 def migrate(source: str) -> Tuple[str, List[Tuple[str, bool, str]]]:
     module, findings = apply(REGISTRY["AM103"], libcst.parse_module(source))
-    return module.code, [(f.code, f.attention, f.message) for f in findings]
+    return module.code, [(f.code, f.severity.needs_person, f.message) for f in findings]
 
 
 @pytest.mark.parametrize(
@@ -104,6 +104,6 @@ def test_new_values_and_other_calls_are_left_alone() -> None:
 
 def test_unmappable_values_block_the_file_and_string_mentions_do_not() -> None:
     _, raw = apply(REGISTRY["AM103"], libcst.parse_module(f'{HEADER}distributed(accelerator_type="h200")(f)\n'))
-    assert [f.blocking for f in raw] == [True]
+    assert [f.severity for f in raw] == ["blocking"]
     _, strings = apply(REGISTRY["AM101"], libcst.parse_module('"""Uses serverless_gpu."""\n'))
-    assert [(f.attention, f.blocking, f.info) for f in strings] == [(False, False, True)]  # a note
+    assert [f.severity for f in strings] == ["info"]  # a note

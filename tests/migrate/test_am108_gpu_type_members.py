@@ -120,7 +120,7 @@ GOLDEN = [
 def test_gpu_type_members_become_accelerator_types_with_their_imports(before: str, after: str) -> None:
     result = migrate(before)
     assert output(result) == after
-    manual = [(r.line, r.message.split(" is ")[0]) for r in result.records if r.attention]
+    manual = [(r.line, r.message.split(" is ")[0]) for r in result.records if r.severity.needs_person]
     assert manual == ([(8, "GPUType.A10")] if "get_gpus_per_node(" in before else [])  # a use outside a call
     assert_second_run_is_a_no_op(after)
 
