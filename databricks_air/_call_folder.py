@@ -26,10 +26,9 @@ import glob
 import os
 from typing import List
 
-LOCK_NAME = ".running"
-"""The file a running call's caller holds locked in its folder (removed when the call ends)."""
 SNAPSHOT = "snapshot"
 """The folder of the report taken when the call stopped its ranks."""
+_LOCK = ".running"  # locked by a running call's caller (removed when the call ends)
 _RANK_LOG = "rank_{rank}.txt"
 _STALL = "stall_{number}"
 _ATTEMPT_PREFIX = "attempt_"
@@ -67,7 +66,7 @@ class CallFolder:
 
     @property
     def lock(self) -> str:
-        return os.path.join(self.path, LOCK_NAME)
+        return os.path.join(self.path, _LOCK)
 
     def rank_log(self, rank: int) -> str:
         """Where rank ``rank``'s output goes."""
