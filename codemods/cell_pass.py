@@ -208,7 +208,7 @@ class PreparedCell:
         suppression comment hides gets no TODO marker."""
         traversal = _Traversal(self, todo_comments, suppressed)
         module = self.module.visit(traversal)
-        changed = traversal.marked or any(not (finding.attention or finding.info) for finding in self.findings)
+        changed = traversal.marked or any(finding.severity.rewritten for finding in self.findings)
         return CellOutcome(module, list(self.findings), traversal.marks, traversal.lasting, changed)
 
     def mark_lasting(self, outcome: CellOutcome) -> libcst.Module:
@@ -698,7 +698,7 @@ class _Traversal(libcst.CSTTransformer):
         findings = [
             (index, finding)
             for index, finding in enumerate(self._cell.findings[start:], start=start)
-            if finding.attention and index not in self._claimed
+            if finding.severity.needs_person and index not in self._claimed
             and not (self._suppressed is not None and self._suppressed(finding))
         ]
         if not findings:
@@ -707,7 +707,7 @@ class _Traversal(libcst.CSTTransformer):
         self.marks[original] = [finding for _, finding in findings]
         # A statement the rules changed may no longer show what its items were found on: it gets its markers even
         # without --todo-comments, so that they stay reported (the module is only written when changes are).
-        changed = any(not (finding.attention or finding.info) for finding in self._cell.findings[start:])
+        changed = any(finding.severity.rewritten for finding in self._cell.findings[start:])
         if (self._todo or changed) and isinstance(result, STATEMENTS):
             module = self._cell.module
             header = module.header if module.body and original is module.body[0] else ()

@@ -34,8 +34,8 @@ import libcst
 from air_migrate.cell_context import ImportContext, mentions, mentions_any
 from air_migrate import suppressions
 from air_migrate.driver_codes import DRIVER_CODES, SKIPPED_CELL, UNUSED_SUPPRESSION
-from air_migrate.results import CHANGE, ERROR, REVIEW, FileResult, Record
-from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule
+from air_migrate.results import FileResult, Record
+from air_migrate.rule_base import REGISTRY, AnyRule, CellContext, FileOptions, Finding, LineRule, Rule, Severity
 from air_migrate.cell_pass import CellOutcome, PreparedCell, prepare_cell
 from air_migrate.sources import Cell, SourceError, SourceFile, read_source
 from air_migrate.suppressions import Suppression
@@ -83,7 +83,7 @@ def migrate_file(
     rule_types = [rule for rule in rules if issubclass(rule, Rule)]
     parsed = _parse_cells(result, source, rule_types)
     if result.error is not None:  # nothing else about a file that could not be read as Python
-        result.records = [record for record in result.records if record.error]
+        result.records = [record for record in result.records if record.severity is Severity.ERROR]
         return result
     line_fixes = _check_lines(result, source, line_rules)
     for unit in parsed:
@@ -96,7 +96,7 @@ def migrate_file(
     if found_suppressions:
         _apply_suppressions(result, source, found_suppressions, rules)
     apply_changes = partial or not result.blocked
-    changes = apply_changes and any(record.severity in (CHANGE, REVIEW) for record in result.records)
+    changes = apply_changes and any(record.severity.rewritten for record in result.records)
     new_texts: Dict[int, str] = {}
     for unit in parsed:
         text = _new_text(unit, apply_changes, todo_comments, changes)
@@ -133,7 +133,8 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
         if cell.text is None:
             unparsed.append(cell.raw)
             if cell.skip_reason and cell.number not in scanned and context.mentions(cell.raw):
-                _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1, attention=True)
+                _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1,
+                        severity=Severity.MANUAL)
             continue
         unparsed.extend(cell.masks.values())
         if cell.number not in wanted and not context.mentions(cell.text):
@@ -165,17 +166,17 @@ def _report_unparsable(result: FileResult, source: SourceFile, cell: Cell, probl
     message = cell.unmask(problem.message)
     if source.kind == "python":
         result.error = f"cannot parse: {message}"
-        _record(result, source, cell, "AM903", result.error, problem.line, problem.column, error=True)
+        _record(result, source, cell, "AM903", result.error, problem.line, problem.column, severity=Severity.ERROR)
         return
     lines = cell.text.splitlines() if cell.text is not None else []
     line = lines[problem.line - 1] if problem.line <= len(lines) else ""
     if looks_like_shell(line):
         _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line such "
                 "as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand", problem.line,
-                len(line) - len(line.lstrip()) + 1, attention=True)  # where the command starts
+                len(line) - len(line.lstrip()) + 1, severity=Severity.MANUAL)  # where the command starts
     else:
         _record(result, source, cell, "AM902", f"cell skipped: cannot parse: {message}; nothing in it is migrated: "
-                "fix the cell and run air-migrate again", problem.line, problem.column, attention=True)
+                "fix the cell and run air-migrate again", problem.line, problem.column, severity=Severity.MANUAL)
 
 
 def _scan_file(
@@ -193,7 +194,7 @@ def _scan_file(
         scratch.update(scan.scratch)
         for number, found in scan.findings:
             _record(result, source, source.cells[number - 1], found.code, found.message, found.line, found.column,
-                    attention=found.attention, blocking=found.blocking, review=found.review, info=found.info)
+                    severity=found.severity)
             scanned.add(number)
     return wanted, scanned
 
@@ -217,8 +218,7 @@ def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[Li
             continue
         for index, line, rule, found in hits:
             _record(result, source, cell, rule.CODE, found.message, index, found.column,
-                    attention=found.attention, review=found.review, end=(index, found.end_column),
-                    before=line, after=found.new_line)
+                    severity=found.severity, end=(index, found.end_column), before=line, after=found.new_line)
         if any(found.new_line is not None for *_, found in hits):
             fixes.append(cell.number)
     return fixes
@@ -282,7 +282,7 @@ def _record_findings(result: FileResult, source: SourceFile, unit: _ParsedCell) 
         end = (finding.end_line - skip, finding.end_column) if finding.end_line is not None else None
         _record(
             result, source, cell, finding.code, finding.message, finding.line - skip, finding.column,
-            attention=finding.attention, blocking=finding.blocking, review=finding.review, info=finding.info, end=end,
+            severity=finding.severity, end=end,
             before=cell.unmask(finding.before) if finding.before is not None else None,
             after=cell.unmask(finding.after) if finding.after is not None else None,
         )
@@ -297,14 +297,10 @@ def _record(
     line: int,
     column: int,
     *,
-    attention: bool = False,
-    blocking: bool = False,
-    review: bool = False,
+    severity: Severity = Severity.CHANGE,
     end: Optional[tuple] = None,
     before: Optional[str] = None,
     after: Optional[str] = None,
-    error: bool = False,
-    info: bool = False,
 ) -> None:
     """Add a record at a 1-based line of the cell, numbered as the report numbers it for this kind of file."""
     if source.kind == "ipynb":
@@ -316,8 +312,17 @@ def _record(
     end_line, end_column = end if end is not None else (None, None)
     result.records.append(
         Record(
-            result.path, where_cell, line + offset, column, code, message, attention or blocking, blocking, review,
-            end_line + offset if end_line is not None else None, end_column, before, after, error, info,
+            path=result.path,
+            cell=where_cell,
+            line=line + offset,
+            column=column,
+            code=code,
+            message=message,
+            severity=severity,
+            end_line=end_line + offset if end_line is not None else None,
+            end_column=end_column,
+            before=before,
+            after=after,
         )
     )
 
@@ -335,12 +340,12 @@ def _report_left_markers(result: FileResult, source: SourceFile, rules: Sequence
             if marker.code not in active:
                 continue
             first, last = (line + offset for line in marker.statement)
-            live = any(record.code == marker.code and record.attention and first <= record.line <= last
+            live = any(record.code == marker.code and record.severity.needs_person and first <= record.line <= last
                        and record.cell == (cell.number if source.kind != "python" else None)
                        for record in result.records)
             if not live:
                 _record(result, source, cell, marker.code, cell.unmask(marker.message) + LEFT_NOTE,
-                        marker.statement[0], marker.column, attention=True)
+                        marker.statement[0], marker.column, severity=Severity.MANUAL)
 
 
 def _suppressed_in(found: Sequence[Suppression], unit: _ParsedCell) -> Optional[Callable[[Finding], bool]]:
@@ -363,7 +368,7 @@ def _apply_suppressions(
     suppression that suppressed nothing, or names an unknown code (``AM904``, a note)."""
     kept = []
     for record in result.records:
-        if record.severity not in (CHANGE, ERROR):
+        if record.severity not in (Severity.CHANGE, Severity.ERROR):
             cell = record.cell or 1
             offset = source.cells[cell - 1].first_line - 1 if source.kind == "databricks" else 0
             lines: Sequence[int] = (record.line - offset, (record.end_line or record.line) - offset)
@@ -382,7 +387,7 @@ def _apply_suppressions(
     for suppression in found:
         for message in suppressions.unused_messages(suppression, known, active):
             _record(result, source, source.cells[suppression.cell - 1], UNUSED_SUPPRESSION, message,
-                    suppression.line, suppression.column, info=True)
+                    suppression.line, suppression.column, severity=Severity.INFO)
 
 
 def _newline(text: str) -> str:

@@ -21,13 +21,17 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from air_migrate.colors import Palette
-from air_migrate.results import BLOCKING, CHANGE, ERROR, INFO, MANUAL, REVIEW, FileResult, Record
+from air_migrate.results import FileResult, Record
+from air_migrate.rule_base import Severity
 
 TEXT = "text"
 JSON = "json"
 FORMATS = (TEXT, JSON)
 JSON_VERSION = 1
-_SEVERITY_STYLES = {INFO: "cyan", CHANGE: "green", REVIEW: "yellow", MANUAL: "magenta", BLOCKING: "bold red", ERROR: "bold red"}
+_SEVERITY_STYLES = {
+    Severity.INFO: "cyan", Severity.CHANGE: "green", Severity.REVIEW: "yellow", Severity.MANUAL: "magenta",
+    Severity.BLOCKING: "bold red", Severity.ERROR: "bold red",
+}
 
 
 @dataclasses.dataclass
@@ -59,9 +63,9 @@ class Tally:
         self.blocked += blocked
         self.changed += result.changed
         if result.changed and not blocked:  # a blocked file's changes are not made (it may only get TODOs)
-            self.changes += sum(1 for record in result.records if record.severity in (CHANGE, REVIEW))
-        self.needs_person += sum(1 for record in result.records if record.attention)
-        self.notes += sum(1 for record in result.records if record.severity == INFO)
+            self.changes += sum(1 for record in result.records if record.severity.rewritten)
+        self.needs_person += sum(1 for record in result.records if record.severity.needs_person)
+        self.notes += sum(1 for record in result.records if record.severity is Severity.INFO)
 
     @property
     def failed(self) -> int:
@@ -70,7 +74,7 @@ class Tally:
 
 def record_line(record: Record, palette: Palette = Palette(False)) -> str:
     """``path[:cell N]:line:col: AMxxx <severity> <message>``, coloured by ``palette``."""
-    severity = palette.paint(record.severity, _SEVERITY_STYLES[record.severity])
+    severity = palette.paint(record.severity.value, _SEVERITY_STYLES[record.severity])
     return f"{palette.paint(record.location, 'bold')}: {palette.paint(record.code, 'bold')} {severity} " \
            f"{record.message}"
 
@@ -98,7 +102,7 @@ def summary_line(tally: Tally, verb: str) -> str:
 def render_text(tally: Tally, verb: str) -> str:
     """The ``--report FILE`` text: every record, every error, then the summary."""
     lines = [record_line(record) for record in tally.records]
-    recorded = {(record.path, record.message) for record in tally.records if record.error}
+    recorded = {(record.path, record.message) for record in tally.records if record.severity is Severity.ERROR}
     lines += [error_line(path, message) for path, message in tally.errors if (path, message) not in recorded]
     lines.append(summary_line(tally, verb))
     return "".join(line + "\n" for line in lines)
@@ -135,7 +139,7 @@ def record_object(record: Record) -> Dict[str, Optional[object]]:
         "end_line": record.end_line,
         "end_col": record.end_column,
         "code": record.code,
-        "severity": record.severity,
+        "severity": record.severity.value,
         "message": record.message,
         "before": record.before,
         "after": record.after,

@@ -10,20 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
-CHANGE = "change"
-"""Rewritten; nothing more to do."""
-REVIEW = "review"
-"""Rewritten, but a person should check the result (e.g. ``import *``)."""
-MANUAL = "manual"
-"""Not rewritten: a person must do it; the rest of the file is still migrated."""
-BLOCKING = "blocking"
-"""Not rewritten, and the file is left unchanged (unless ``--partial``) since half a migration would break it."""
-INFO = "info"
-"""Nothing to do: a note (a mention of the old package in prose, a suppression comment that suppresses nothing);
-it never fails ``--check``."""
-ERROR = "error"
-"""The file could not be processed (a script that does not parse): it is left as it is, and the run exits 3."""
-SEVERITIES = (INFO, CHANGE, REVIEW, MANUAL, BLOCKING, ERROR)
+from air_migrate.rule_base import Severity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,12 +25,9 @@ class Record:
     column: int
     code: str
     message: str
-    attention: bool = False
-    """Nothing was rewritten here: a person must decide."""
-    blocking: bool = False
-    """The file cannot be migrated correctly without a person, so by default it is left unchanged."""
-    review: bool = False
-    """Rewritten, but the result should be checked by a person."""
+    severity: Severity = Severity.CHANGE
+    """What was done, and what is left for a person; ``error`` for why the file could not be processed, at the
+    position where it went wrong (the file's :attr:`FileResult.error` says the same): nothing in it was migrated."""
     end_line: Optional[int] = None
     """1-based line where the reported code ends (same numbering as ``line``)."""
     end_column: Optional[int] = None
@@ -52,24 +36,6 @@ class Record:
     """For a change: the source of the changed code as it was."""
     after: Optional[str] = None
     """For a change: the source of the changed code as it is now."""
-    error: bool = False
-    """Why the file could not be processed, at the position where it went wrong (the file's
-    :attr:`FileResult.error` says the same): nothing in it was migrated."""
-    info: bool = False
-    """A note: nothing was rewritten and nothing needs doing (never counted as a change or an item for a person)."""
-
-    @property
-    def severity(self) -> str:
-        """One of :data:`SEVERITIES`, derived from the flags."""
-        if self.error:
-            return ERROR
-        if self.blocking:
-            return BLOCKING
-        if self.attention:
-            return MANUAL
-        if self.info:
-            return INFO
-        return REVIEW if self.review else CHANGE
 
     @property
     def location(self) -> str:
@@ -82,7 +48,7 @@ class Record:
         return (self.cell or 0, self.line, self.column, self.code, self.message)
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.code} {self.severity} {self.message}"
+        return f"{self.location}: {self.code} {self.severity.value} {self.message}"
 
 
 @dataclasses.dataclass
@@ -106,13 +72,14 @@ class FileResult:
     @property
     def unreported_error(self) -> Optional[str]:
         """The error, unless one of the records already says it at its position (a script that does not parse)."""
-        if self.error is None or any(record.error and record.message == self.error for record in self.records):
+        if self.error is None or any(record.severity is Severity.ERROR and record.message == self.error
+                                     for record in self.records):
             return None
         return self.error
 
     @property
     def blocked(self) -> bool:
-        return any(record.blocking for record in self.records)
+        return any(record.severity is Severity.BLOCKING for record in self.records)
 
     @property
     def changed(self) -> bool:

@@ -13,13 +13,14 @@ There are two kinds of rule, both registered by code in :data:`REGISTRY`:
 
 Safety: a change is either safe (the program means the same) or flagged ``review`` (it is made, and a
 person should check it, e.g. ``import *``); each rule's docstring says which of its changes are which. What a rule
-cannot change correctly it leaves as written and reports as ``attention`` (``blocking`` when the file would be
-half-migrated without it).
+cannot change correctly it leaves as written and reports as ``manual`` (``blocking`` when the file would be
+half-migrated without it). Each finding has one :class:`Severity`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import (
     TYPE_CHECKING, Any, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar,
     Union,
@@ -36,6 +37,41 @@ STATEMENTS = (libcst.SimpleStatementLine, libcst.BaseCompoundStatement)
 """The nodes that are statements of a block (what a TODO marker goes above, what a removal takes out)."""
 
 
+class Severity(str, enum.Enum):
+    """What a finding (and the report's line for it) says was done, and what is left for a person; its value is the
+    word the report prints."""
+
+    INFO = "info"
+    """Nothing to do: a note (a mention of the old package in prose, a suppression comment that suppresses nothing);
+    it never fails ``--check``."""
+    CHANGE = "change"
+    """Rewritten; nothing more to do."""
+    REVIEW = "review"
+    """Rewritten, but a person should check the result (it may change what the code means, e.g. ``import *``)."""
+    MANUAL = "manual"
+    """Not rewritten: a person must do it; the rest of the file is still migrated."""
+    BLOCKING = "blocking"
+    """Not rewritten, and the file is left unchanged (unless ``--partial``) since half a migration would break it."""
+    ERROR = "error"
+    """The file could not be processed (a script that does not parse): it is left as it is, and the run exits 3.
+    Only the driver reports it, never a rule."""
+
+    __hash__ = str.__hash__  # equal to its word (``Severity.CHANGE == "change"``), so hashed as the word is
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def rewritten(self) -> bool:
+        """The code was rewritten (``change`` or ``review``)."""
+        return self in (Severity.CHANGE, Severity.REVIEW)
+
+    @property
+    def needs_person(self) -> bool:
+        """Nothing was rewritten and a person must decide (``manual`` or ``blocking``)."""
+        return self in (Severity.MANUAL, Severity.BLOCKING)
+
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """A change made, or something a person must look at, at a 1-based line and column of a cell."""
@@ -44,12 +80,7 @@ class Finding:
     line: int
     column: int
     message: str
-    attention: bool = False
-    """True when nothing was rewritten and a person must decide."""
-    blocking: bool = False
-    """True when the file cannot be migrated correctly without a person: by default it is then left unchanged."""
-    review: bool = False
-    """True when the change is made but a person should check it (it may change what the code means)."""
+    severity: Severity = Severity.CHANGE
     end_line: Optional[int] = None
     end_column: Optional[int] = None
     """1-based, just past the last character of what was found (so a one-character node ends at ``column + 1``)."""
@@ -57,8 +88,6 @@ class Finding:
     """The source of what was found, as written."""
     after: Optional[str] = None
     """For a change: the source that replaces ``before``."""
-    info: bool = False
-    """A note: nothing was rewritten and nothing needs doing (a mention of the old package in prose)."""
     lasting: bool = False
     """An item for a person whose statement the rewrite leaves as it is, but whose reason it takes away (Spark set-up
     is reported while ``TorchDistributor`` is used): a write still leaves its marker, so it stays reported."""
@@ -175,27 +204,33 @@ class Rule(libcst.CSTTransformer):
         self,
         node: libcst.CSTNode,
         message: str,
-        attention: bool = False,
+        severity: Severity = Severity.CHANGE,
+        *,
         code: str = "",
-        blocking: bool = False,
-        review: bool = False,
         after: Union[libcst.CSTNode, str, None] = None,
-        info: bool = False,
         lasting: bool = False,
     ) -> None:
         """Record a finding at ``node`` (an original node); ``code`` defaults to the rule's own.
 
         ``after`` is what replaces ``node``, for a change (a node, or ``""`` for a removal); the report shows both
-        as source. ``info`` makes it a note that needs nothing done (it never fails ``--check``); ``lasting`` an
-        item that a write marks even where it does not change its statement (:attr:`Finding.lasting`).
+        as source. ``lasting`` makes it an item that a write marks even where it does not change its statement
+        (:attr:`Finding.lasting`).
         """
         where = self.get_metadata(PositionProvider, node)
         if isinstance(after, libcst.CSTNode):
             after = self.module.code_for_node(after)
         self.findings.append(
             Finding(
-                code or self.CODE, where.start.line, where.start.column + 1, message, attention or blocking, blocking,
-                review, where.end.line, where.end.column + 1, self.module.code_for_node(node), after, info, lasting,
+                code=code or self.CODE,
+                line=where.start.line,
+                column=where.start.column + 1,
+                message=message,
+                severity=severity,
+                end_line=where.end.line,
+                end_column=where.end.column + 1,
+                before=self.module.code_for_node(node),
+                after=after,
+                lasting=lasting,
             )
         )
 
@@ -217,8 +252,7 @@ class LineFinding:
     column: int
     end_column: int
     message: str
-    attention: bool = False
-    review: bool = False
+    severity: Severity = Severity.CHANGE
     new_line: Optional[str] = None
 
 

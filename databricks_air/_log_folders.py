@@ -7,10 +7,10 @@ settings ``DATABRICKS_AIR_LOG_KEEP_CALLS`` and ``DATABRICKS_AIR_LOG_KEEP_DAYS``,
 :mod:`databricks.air._settings`; ``0`` turns a limit off). "Newest" and "idle" go by the last change inside a folder.
 
 A call still running is never pruned, however many calls start meanwhile: its caller holds a lock on the file
-:data:`LOCK_NAME` in its folder for as long as the call runs (``flock``, which the operating system lets go of when
-the caller dies, ``kill -9`` included). The folder gets its name only once that lock is held (it is made under a
-hidden name and renamed), so another process never sees a call's folder unlocked before its call has ended. Only
-folders named as this module names them are ever touched.
+``.running`` in its folder (:attr:`~databricks.air._call_folder.CallFolder.lock`) for as long as the call
+runs (``flock``, which the operating system lets go of when the caller dies, ``kill -9`` included). The folder gets
+its name only once that lock is held (it is made under a hidden name and renamed), so another process never sees a
+call's folder unlocked before its call has ended. Only folders named as this module names them are ever touched.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import tempfile
 import time
 from typing import List, Optional, Tuple
 
-LOCK_NAME = ".running"
-"""The file a running call's caller holds locked in its folder (removed when the call ends)."""
+from databricks.air._call_folder import CallFolder
 MAKING_SECONDS = 3600.0
 """A folder still under its hidden name this long after it was made was left by a caller that died while making it."""
 
@@ -43,7 +42,7 @@ class LogFolder:
         if self._lock is None:
             return
         try:
-            os.unlink(os.path.join(self.path, LOCK_NAME))
+            os.unlink(CallFolder(self.path).lock)
         except OSError:
             pass
         os.close(self._lock)  # lets go of the lock
@@ -57,7 +56,7 @@ def make(function_name: str, where: str, keep_calls: int, keep_days: float) -> L
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in function_name)[:60]
     hidden = tempfile.mkdtemp(prefix=f".{stamp}-{safe}-", dir=where)
-    lock = os.open(os.path.join(hidden, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock = os.open(CallFolder(hidden).lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # nobody else knows this folder yet: taken at once
         path = os.path.join(where, os.path.basename(hidden)[1:])
@@ -99,7 +98,7 @@ def prune(where: str, keep_calls: int, keep_days: float, now: Optional[float] = 
 def running(path: str) -> bool:
     """Whether the call of the folder ``path`` is still running: its caller holds the lock (see the module)."""
     try:
-        lock = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+        lock = os.open(CallFolder(path).lock, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False  # no lock file: the call has ended (or its caller died before the folder was renamed)
     try:

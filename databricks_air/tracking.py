@@ -15,7 +15,6 @@ the root cause as a tag and the whole report as ``failure.txt``. It ends FINISHE
 from __future__ import annotations
 
 import base64
-import glob
 import html
 import importlib.util
 import os
@@ -37,6 +36,7 @@ from databricks.air import (
     metrics_writer,
     rank_tracking,
 )
+from databricks.air._call_folder import SNAPSHOT, CallFolder
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 from databricks.air.version import __version__
@@ -340,7 +340,7 @@ class CallRun:
         its folder's files under ``snapshot/`` (a stall's under ``snapshot/stall_<n>/``), and a tag naming the
         suspect ranks."""
         name = os.path.basename(report.folder)
-        artifact_path = "snapshot" if name == "snapshot" else f"snapshot/{name}"
+        artifact_path = "snapshot" if name == SNAPSHOT else f"snapshot/{name}"
         self.client.log_artifacts(self.run_id, report.folder, artifact_path=artifact_path)
         self.client.set_tag(self.run_id, "databricks.air.suspect_ranks",
                             ",".join(str(rank) for rank in report.suspects) or "none")
@@ -349,7 +349,7 @@ class CallRun:
         """A restart of the call (a :class:`~databricks.air._engine.restarts.Restart`): the failed attempt's logs
         under ``logs/attempt_<n>/``, a tag per restart saying why, the count as a tag and a metric."""
         number = decision.attempt + 1
-        kept = os.path.join(log_dir, f"attempt_{decision.attempt}")
+        kept = CallFolder(log_dir).attempt(decision.attempt)
         try:
             if os.path.isdir(kept):
                 self.client.log_artifacts(self.run_id, kept, artifact_path=f"logs/attempt_{decision.attempt}")
@@ -361,7 +361,7 @@ class CallRun:
             print(f"databricks.air: could not record restart {number} in the MLflow run: {error}", file=sys.stderr)
 
     def upload_logs(self, log_dir: str) -> None:
-        for path in sorted(glob.glob(os.path.join(log_dir, "rank_*.txt"))):
+        for path in CallFolder(log_dir).rank_logs():
             self.client.log_artifact(self.run_id, path, artifact_path="logs")
 
     def close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException] = None) -> None:

@@ -289,6 +289,7 @@ def test_a_rank_that_returned_is_not_listed_where_the_stopped_ranks_were(tmp_pat
     from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord
     from databricks.air._engine.snapshot import RankSnapshot
     from databricks.air._engine.stop_report import StopReport
+    from databricks.air._engine.supervision import StopReason
 
     logs = []
     for rank in range(3):
@@ -304,7 +305,7 @@ def test_a_rank_that_returned_is_not_listed_where_the_stopped_ranks_were(tmp_pat
     snapshots = {rank: RankSnapshot(rank, 10 + rank, now, threads=[], groups=None,
                                     sources={"probe": "not listening", "stacks": "ok"}) for rank in (0, 2)}
     views = [hang_report.RankView(rank, snapshot=snapshots[rank]) for rank in (0, 2)]
-    report = StopReport("failure", hang_report.build(views, now=now), None, snapshots)
+    report = StopReport(StopReason.FAILURE, hang_report.build(views, now=now), None, snapshots)
     message = str(failures.build_error(outcomes, "fit", str(tmp_path), stop_report=report))
     where = message[message.index("When rank 1 failed, the other ranks were:"):]
     assert "rank 2:" in where and "rank 0:" not in where

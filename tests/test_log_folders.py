@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from databricks.air import _log_folders as log_folders
+from databricks.air._call_folder import CallFolder
 
 DAY = 86400.0
 
@@ -48,7 +49,7 @@ def test_a_running_call_is_kept_and_a_sweep_of_quick_calls_keeps_only_the_newest
         log_folders.make("quick", str(tmp_path), keep_calls=50, keep_days=7).release()
     left = [p for p in tmp_path.iterdir() if log_folders._CALL_FOLDER.match(p.name)]
     assert len(left) == 51 and Path(running.path) in left  # the newest 50, and the one still running
-    assert all(not (p / log_folders.LOCK_NAME).exists() for p in left if str(p) != running.path)
+    assert all(not os.path.exists(CallFolder(str(p)).lock) for p in left if str(p) != running.path)
     running.release()  # ended now: its folder counts among the newest, like any call that just ended
     assert not log_folders.running(running.path)
     assert len(log_folders.prune(str(tmp_path), keep_calls=50, keep_days=7)) == 1
@@ -66,7 +67,7 @@ def test_a_killed_callers_folder_is_no_longer_protected(run_script, tmp_path: Pa
         """
     )
     path = done.stdout.strip()
-    assert done.returncode == -9 and os.path.isdir(path) and (Path(path) / log_folders.LOCK_NAME).exists()
+    assert done.returncode == -9 and os.path.isdir(path) and os.path.exists(CallFolder(path).lock)
     assert not log_folders.running(path)
     assert log_folders.prune(str(tmp_path / "logs"), keep_calls=1, keep_days=7, room_for=1) == [path]
 

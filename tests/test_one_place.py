@@ -3,6 +3,7 @@
 * every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented);
 * process groups, parent death and free ports are handled in ``_engine/processes.py``;
 * whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
+* the files of a call's log folder are named in ``_call_folder.py``;
 * the launcher reaches the engine through its entry point, ``_engine/launch.py``;
 * Ray's cluster connection, resources, placement groups and host polling live in ``_ray/``;
 * no text points at a numbered item of a document that is not in the repository.
@@ -218,3 +219,23 @@ def test_tcp_listeners_are_opened_in_processes_py() -> None:
         and not any(keyword.arg == "master_listen_fd" for keyword in node.keywords)
     ]
     assert servers == []
+
+
+# The names of what lies in a call's log folder, as a string of the code spells them (an f-string's parts included).
+LOG_FOLDER_NAMES = re.compile(
+    r"rank_|rank_\*\.txt|stall_|attempt_|\.running"
+    r"|.*(summary\.txt|suspects\.json|stragglers\.json|\.last_checkpoint|flight_recorder_rank_).*"
+)
+
+
+def test_the_files_of_a_calls_log_folder_are_named_in_call_folder_py_only() -> None:
+    """The engine writes them, and the call's MLflow run, the restarts and the messages read them: each name is
+    spelled once (``CallFolder``), as the workload command's run folder names its files in ``RunFolder``."""
+    spelled = [
+        f"{where(path, node)}: {node.value!r}"
+        for path in python_files(PACKAGE, ROOT / "serverless_gpu")
+        if path != PACKAGE / "_call_folder.py"
+        for node in strings_in_code(parsed(path))
+        if LOG_FOLDER_NAMES.fullmatch(node.value)
+    ]
+    assert spelled == [], "name these through databricks.air._call_folder.CallFolder:\n" + "\n".join(spelled)

@@ -66,7 +66,7 @@ def test_every_module_path_of_public_code_imports_and_air_migrate_moves_it_to_th
     old: dict = {}
     exec(statement, old)
     result = migrate_file("paths.py", statement.encode(), select_rules("AM101", ""))
-    assert result.migrated is not None and not [record for record in result.records if record.attention]
+    assert result.migrated is not None and not [record for record in result.records if record.severity.needs_person]
     migrated = result.migrated.decode()
     assert "serverless_gpu" not in migrated
     new: dict = {}

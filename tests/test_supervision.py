@@ -1,4 +1,4 @@
-"""The stopping rules of :class:`Supervisor`, over fake ranks on a fake clock: no processes, no waiting."""
+"""The stopping rules of :class:`RankSupervisor`, over fake ranks on a fake clock: no processes, no waiting."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from databricks.air._engine.supervision import POLL_SECONDS, Supervisor
+from databricks.air._engine.supervision import POLL_SECONDS, RankSupervisor
 
 
 class FakeRanks:
@@ -29,10 +29,10 @@ class FakeRanks:
         self.ended = False
         self.waits: List[float] = []
         self.signals: List[Tuple[float, str]] = []  # (time, "SIGTERM" | "SIGKILL")
-        self.supervisor: Optional[Supervisor] = None
+        self.supervisor: Optional[RankSupervisor] = None
 
-    def make_supervisor(self, grace_period: float) -> Supervisor:
-        self.supervisor = Supervisor(
+    def make_supervisor(self, grace_period: float) -> RankSupervisor:
+        self.supervisor = RankSupervisor(
             receive=self.receive,
             running=lambda: not self.ended,
             terminate=self.terminate,
@@ -65,7 +65,7 @@ class FakeRanks:
         self.ended = True
 
 
-def run(ranks: FakeRanks, deadline: Optional[float] = None, grace_period: float = 3.0) -> Supervisor:
+def run(ranks: FakeRanks, deadline: Optional[float] = None, grace_period: float = 3.0) -> RankSupervisor:
     supervisor = ranks.make_supervisor(grace_period)
     supervisor.run(deadline)
     return supervisor
@@ -198,7 +198,7 @@ def test_an_interrupt_while_the_ranks_are_told_to_stop_counts_as_a_second_one() 
         terminations.append(ranks.now)
         raise KeyboardInterrupt
 
-    supervisor = Supervisor(
+    supervisor = RankSupervisor(
         receive=ranks.receive, running=lambda: not ranks.ended, terminate=interrupted_terminate, kill=ranks.kill,
         grace_period=3.0, clock=lambda: ranks.now,
     )

@@ -31,7 +31,7 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import BaseAssignment, ImportAssignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from air_migrate.rule_base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, Rule, Severity, register
 from air_migrate.rules.guards import is_guard
 
 OLD = "serverless_gpu"
@@ -120,11 +120,12 @@ class ImportsRule(Rule):
         if not any(_is_old(name) for name in dotted):
             return updated_node
         if self._guarded(original_node):
-            self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand", attention=True)
+            self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand",
+                        severity=Severity.MANUAL)
             return updated_node
         problem = self._left_as_written(original_node)
         if problem is not None:
-            self.report(original_node, problem, attention=True)
+            self.report(original_node, problem, severity=Severity.MANUAL)
             return updated_node
         targets = [_renamed(name) for name in dotted]
         names = []
@@ -149,18 +150,19 @@ class ImportsRule(Rule):
             return updated_node
         target = _renamed(old) or NEW
         if self._guarded(original_node):
-            self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand", attention=True)
+            self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand",
+                        severity=Severity.MANUAL)
             return updated_node
         problem = self._left_as_written(original_node)
         if problem is not None:
-            self.report(original_node, problem, attention=True)
+            self.report(original_node, problem, severity=Severity.MANUAL)
             return updated_node
         if isinstance(original_node.names, libcst.ImportStar):
             new_node = updated_node.with_changes(module=_dotted(target))
             self.report(
                 original_node,
                 f"from {old} import * -> from {target} import *; list the names you use instead of *",
-                review=True,
+                severity=Severity.REVIEW,
                 after=new_node,
             )
             return new_node
@@ -216,20 +218,20 @@ class ImportsRule(Rule):
         if isinstance(first, libcst.SimpleString) and OLD in first.value:
             self._reported_strings.add(first)
             self.report(node, f"a dynamic import of {first.value} is left as it is: import {NEW} instead",
-                        attention=True)
+                        severity=Severity.MANUAL)
 
     def visit_SimpleString(self, node: libcst.SimpleString) -> None:
         if OLD not in node.value or node in self._reported_strings:
             return
         if _MODULE_PATH.match(_string_text(node)):
             self.report(node, f"a string names the module path {node.value}, left as it is: if code imports or "
-                        f"patches by it (mock.patch, import_module), write {NEW} there", attention=True)
+                        f"patches by it (mock.patch, import_module), write {NEW} there", severity=Severity.MANUAL)
         else:
-            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", severity=Severity.INFO)
 
     def visit_FormattedString(self, node: libcst.FormattedString) -> None:
         if any(isinstance(part, libcst.FormattedStringText) and OLD in part.value for part in node.parts):
-            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", info=True)
+            self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", severity=Severity.INFO)
 
     def _left_as_written(self, node: libcst.CSTNode) -> Optional[str]:
         """Why an (unguarded) import of ``serverless_gpu`` cannot be rewritten, if it cannot: a module with no

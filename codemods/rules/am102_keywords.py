@@ -21,7 +21,7 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, ScopeProvider
 
-from air_migrate.rule_base import CellContext, Rule, register
+from air_migrate.rule_base import CellContext, Rule, Severity, register
 from air_migrate.rules.targets import LAUNCHERS, is_launch_call, launch_words, package_callee, qualified_names
 
 RENAMES = {"gpus": "num_accelerators", "gpu_type": "accelerator_type"}
@@ -54,26 +54,26 @@ class KeywordsRule(Rule):
                 (arg.keyword is not None and arg.keyword.value in RENAMES) or arg.star for arg in original_node.args
             ):
                 self.report(original_node, f"{alias[0]} is an alias of {alias[1]}: its keywords are not rewritten "
-                            f"here; call {alias[1]}(...) directly, or rename them by hand", blocking=True)
+                            f"here; call {alias[1]}(...) directly, or rename them by hand", severity=Severity.BLOCKING)
                 return updated_node
             keywords = [arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES]
             callee = package_callee(self.get_metadata, original_node) if keywords else None
             if callee is not None:
                 self.report(keywords[0], f"{keywords[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
                             "it is left as it is: check what that function takes (num_accelerators=, "
-                            "accelerator_type=?)", attention=True)
+                            "accelerator_type=?)", severity=Severity.MANUAL)
             return updated_node
         given = {arg.keyword.value for arg in original_node.args if arg.keyword is not None}
         old = [name for name in RENAMES if name in given]
         if not old:
             if any(arg.star == "**" for arg in original_node.args):
                 self.report(original_node, "keywords passed through ** cannot be checked for gpus/gpu_type",
-                            blocking=True)
+                            severity=Severity.BLOCKING)
             return updated_node
         clashes = [name for name in old if RENAMES[name] in given]
         if clashes:
             pairs = ", ".join(f"{name}= and {RENAMES[name]}=" for name in clashes)
-            self.report(original_node, f"both {pairs} are given: keep one by hand", blocking=True)
+            self.report(original_node, f"both {pairs} are given: keep one by hand", severity=Severity.BLOCKING)
             return updated_node
         args = []
         for original, arg in zip(original_node.args, updated_node.args):

@@ -36,7 +36,7 @@ from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple, 
 import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, Scope, ScopeProvider
 
-from air_migrate.rule_base import FileScan, Rule, register
+from air_migrate.rule_base import FileScan, Rule, Severity, register
 from air_migrate.rules import bound_names
 from air_migrate.rules.accelerator_types import (
     COMPUTED,
@@ -83,7 +83,7 @@ class _Use:
 class _Note:
     code: str
     message: str
-    blocking: bool = False
+    severity: Severity = Severity.MANUAL
 
 
 @dataclasses.dataclass
@@ -92,8 +92,8 @@ class _TypeNames:
 
     literals: Dict[Tuple[str, bound_names.Where], libcst.SimpleString] = dataclasses.field(default_factory=dict)
     uses: Dict[str, List[_Use]] = dataclasses.field(default_factory=dict)
-    rewrites: Optional[Dict[libcst.SimpleString, Tuple[str, str, bool]]] = None
-    """Literal -> (new value, message, review); decided once every cell is surveyed."""
+    rewrites: Optional[Dict[libcst.SimpleString, Tuple[str, str, Severity]]] = None
+    """Literal -> (new value, message, severity: ``change``, or ``review``); decided once every cell is surveyed."""
     notes: Dict[libcst.Name, _Note] = dataclasses.field(default_factory=dict)
 
 
@@ -170,9 +170,9 @@ class GpuTypesRule(Rule):
         rewrite = state.rewrites.get(original_node) if isinstance(state, _TypeNames) and state.rewrites else None
         if rewrite is None:
             return updated_node
-        target, message, review = rewrite
+        target, message, severity = rewrite
         new_value = _requoted(updated_node, target)
-        self.report(original_node, message, review=review, after=new_value)
+        self.report(original_node, message, severity=severity, after=new_value)
         return new_value
 
     def leave_Call(self, original_node: libcst.Call, updated_node: libcst.Call) -> libcst.Call:
@@ -188,11 +188,11 @@ class GpuTypesRule(Rule):
         if not isinstance(value, libcst.SimpleString):
             if isinstance(value, (libcst.FormattedString, libcst.ConcatenatedString)):
                 self.report(value, "a computed GPU type string cannot be mapped: write the accelerator type",
-                            blocking=True, code=COMPUTED)
+                            severity=Severity.BLOCKING, code=COMPUTED)
             elif _is_old_keyword(found) and not self._is_type_member(value):
                 self.report(value, f"gpu_type={self.module.code_for_node(value)} is not a literal, so air-migrate "
                             "cannot tell whether it is an old GPU model name (which the runtime warns about): make "
-                            "sure its value is an accelerator type such as 'GPU_8xH100'", attention=True,
+                            "sure its value is an accelerator type such as 'GPU_8xH100'", severity=Severity.MANUAL,
                             code=NOT_FOLLOWED)
             return updated_node
         text = value.evaluated_value
@@ -203,7 +203,7 @@ class GpuTypesRule(Rule):
         target = accelerator_type_for(model, count) if model is not None else None
         if target is None:
             code, message = unmappable(model or text, count, repr(text))
-            self.report(value, message, blocking=True, code=code)
+            self.report(value, message, severity=Severity.BLOCKING, code=code)
             return updated_node
         new_value = _requoted(value, target)
         self.report(value, f"{text!r} -> {target!r}", after=new_value)
@@ -219,12 +219,12 @@ class GpuTypesRule(Rule):
         state = self.context.file.get(_TYPE_NAMES)
         note = state.notes.get(name) if isinstance(state, _TypeNames) else None
         if note is not None:
-            self.report(name, note.message, attention=True, blocking=note.blocking, code=note.code)
+            self.report(name, note.message, severity=note.severity, code=note.code)
         elif _is_old_keyword(arg) and not _followed(state, name):
             self.report(name, f"gpu_type={name.value}: air-migrate cannot follow {name.value} to a string literal "
                         "of this file, so it cannot tell whether it is an old GPU model name (which the runtime "
                         "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'",
-                        attention=True, code=NOT_FOLLOWED)
+                        severity=Severity.MANUAL, code=NOT_FOLLOWED)
 
     def _is_launch_call(self, call: libcst.Call) -> bool:
         return is_launch_call(self.get_metadata, call, self.context.text or self.module.code)
@@ -280,7 +280,7 @@ def _decide_name(
     shown = f"{name} ({value!r})"
     if not isinstance(value, str):
         for use in typed:
-            state.notes[use.node] = _Note(*unmappable(str(value), use.count, shown), blocking=True)
+            state.notes[use.node] = _Note(*unmappable(str(value), use.count, shown), severity=Severity.BLOCKING)
         return
     if is_accelerator_type(value):
         return
@@ -289,7 +289,7 @@ def _decide_name(
     for use in typed:
         target = accelerator_type_for(model, use.count) if model is not None else None
         if target is None:
-            state.notes[use.node] = _Note(*unmappable(model or value, use.count, shown), blocking=True)
+            state.notes[use.node] = _Note(*unmappable(model or value, use.count, shown), severity=Severity.BLOCKING)
         else:
             targets[use] = target
     if len(targets) < len(typed):
@@ -308,7 +308,7 @@ def _decide_name(
     review = kind == "python"
     if review:
         message += f" (check that no other module imports {name} from here)"
-    state.rewrites[literal] = (chosen[0], message, review)
+    state.rewrites[literal] = (chosen[0], message, Severity.REVIEW if review else Severity.CHANGE)
 
 
 def _why_not_followed(name: str, bindings: Sequence[bound_names.NameBinding]) -> str:

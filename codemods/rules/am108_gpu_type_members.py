@@ -37,7 +37,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from air_migrate.rule_base import CellContext, FileScan, Rule, register
+from air_migrate.rule_base import CellContext, FileScan, Rule, Severity, register
 from air_migrate.rules import bound_names
 from air_migrate.rules.accelerator_types import OLD_MODELS, accelerator_type_for, unmappable
 from air_migrate.rules.guards import is_guard
@@ -77,7 +77,7 @@ class _Binding:
 class _Note:
     code: str
     message: str
-    blocking: bool
+    severity: Severity
 
 
 @register
@@ -148,7 +148,7 @@ class GpuTypeMembersRule(Rule):
         obstacle = self._obstacle(node, assignment)
         if obstacle is not None:
             binding.remaining += 1
-            self._notes[member] = _Note(self.CODE, obstacle, False)
+            self._notes[member] = _Note(self.CODE, obstacle, Severity.MANUAL)
             return
         if self._decide(member, module_attribute=False):
             binding.rewritten += 1
@@ -165,7 +165,7 @@ class GpuTypeMembersRule(Rule):
                 return False  # GPUType.values() and the like: nothing to say
             self._notes[member] = _Note(
                 self.CODE, f"{shown} is used outside a distributed call and is left as it is ({OLD_CLASS} is "
-                f"deprecated: use {NEW_CLASS} where a shape is meant)", False,
+                f"deprecated: use {NEW_CLASS} where a shape is meant)", Severity.MANUAL,
             )
             return False
         count = literal_count(call, lambda name: bound_names.int_value(self, name))
@@ -173,7 +173,7 @@ class GpuTypeMembersRule(Rule):
         target = accelerator_type_for(model, count) if model in OLD_MODELS else None
         if target is None:
             code, message = unmappable(model, count, shown)
-            self._notes[member] = _Note(code, message, True)
+            self._notes[member] = _Note(code, message, Severity.BLOCKING)
             return False
         self._rewrites[member] = target
         return True
@@ -233,7 +233,7 @@ class GpuTypeMembersRule(Rule):
     ) -> libcst.Attribute:
         note = self._notes.get(original_node)
         if note is not None:
-            self.report(original_node, note.message, attention=True, blocking=note.blocking, code=note.code)
+            self.report(original_node, note.message, severity=note.severity, code=note.code)
             return updated_node
         target = self._rewrites.get(original_node)
         if target is None:
@@ -283,7 +283,7 @@ class GpuTypeMembersRule(Rule):
         if review:
             message += " (check that no other module imports it from here)"
         new_node = updated_node.with_changes(names=names)
-        self.report(original_node, message, review=review, after=new_node)
+        self.report(original_node, message, severity=Severity.REVIEW if review else Severity.CHANGE, after=new_node)
         return new_node
 
     # --- helpers -------------------------------------------------------------------------------------------------

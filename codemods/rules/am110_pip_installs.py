@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-from air_migrate.rule_base import FileOptions, LineFinding, LineRule, register
+from air_migrate.rule_base import FileOptions, LineFinding, LineRule, Severity, register
 
 DATABRICKS_PACKAGE = "databricks-sdk-air"
 OPEN_PACKAGE = "databricks-air-oss"
@@ -96,14 +96,14 @@ class PipInstallsRule(LineRule):
                 mention.start() + 1, mention.end() + 1,
                 "installs serverless_gpu in a form --fix-pip cannot rewrite (a URL, a file): change it by hand "
                 f"to {self.package}",
-                attention=True,
+                severity=Severity.MANUAL,
             )
         first = start + tokens[0].start() + 1
         last = start + tokens[-1].end() + 1
         if not self.options.fix_pip:
             return LineFinding(
                 first, last, f"installs serverless_gpu: install {self.package} instead (--fix-pip rewrites this line)",
-                attention=True,
+                severity=Severity.MANUAL,
             )
         return self._rewrite(line, start, tokens, first, last)
 
@@ -142,4 +142,5 @@ class PipInstallsRule(LineRule):
         action = f"serverless_gpu removed ({package} is already installed here)" if present else \
             f"serverless_gpu -> {package}"
         message = "; ".join([action] + notes)
-        return LineFinding(first, last, message, review=bool(notes), new_line=new_line)
+        return LineFinding(first, last, message, severity=Severity.REVIEW if notes else Severity.CHANGE,
+                           new_line=new_line)

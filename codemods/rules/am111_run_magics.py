@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from air_migrate.rule_base import LineFinding, LineRule, register
+from air_migrate.rule_base import LineFinding, LineRule, Severity, register
 
 _RUN = re.compile(r"^[ \t]*(?:# MAGIC ?)?[ \t]*(?P<magic>%run\b[ \t]*(?P<target>.*?))[ \t]*$")
 
@@ -31,5 +31,5 @@ class RunMagicsRule(LineRule):
             found.start("magic") + 1, found.end("magic") + 1,
             f"%run {target} runs another notebook: names it defines are not resolved here, so uses of them are not "
             "migrated; run air-migrate on it too and check this notebook by hand",
-            attention=True,
+            severity=Severity.MANUAL,
         )

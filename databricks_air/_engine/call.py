@@ -18,12 +18,12 @@ and how to reach its ranks:
 
 and every call goes the same way, which lives here (:meth:`Call.run`): start; supervise, stopping every rank with
 grace (:meth:`Call.stop`: SIGTERM, then :meth:`Call.kill` after the grace period, by the rules of
-:class:`~databricks.air._engine.supervision.Supervisor`) on the first failure, the timeout or an interrupt; collect
+:class:`~databricks.air._engine.supervision.RankSupervisor`) on the first failure, the timeout or an interrupt; collect
 every rank's value or the call's error (:func:`~databricks.air._engine.failures.results_or_error`); close.
 
 Anything that must look at the ranks before they are stopped belongs at the start of :meth:`Call.stop`, while
 every rank it stops still runs: the supervisor (:attr:`Call.supervisor`) has marked stopping and its reason
-(:attr:`~databricks.air._engine.supervision.Supervisor.stop_reason`) by then, and a second interrupt during it kills
+(:attr:`~databricks.air._engine.supervision.RankSupervisor.stop_reason`) by then, and a second interrupt during it kills
 at once.
 
 Example::
@@ -43,13 +43,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from databricks.air._call_folder import CallFolder, ReportFolder
 from databricks.air._engine import snapshot, stall_watch, stop_report, straggler_watch
 from databricks.air._engine.failures import results_or_error
 from databricks.air._engine.outcome import RankOutcome, RankRecord
 from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 from databricks.air._engine.stop_report import StopReport
-from databricks.air._engine.supervision import StopReason, Supervisor
+from databricks.air._engine.supervision import RankSupervisor, StopReason
 
 if TYPE_CHECKING:
     from databricks.air._engine.restarts import Restart
@@ -132,11 +133,13 @@ class Call(abc.ABC):
 
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
+        self.folder = CallFolder(launch.log_dir)
+        """The call's log folder."""
         self.outcomes: Dict[int, RankOutcome] = {}
         """Every started rank's outcome, by rank."""
         self.outputs: Dict[int, RankOutput] = {}
         """Every rank's output (its log file, and the caller's streams for the ranks shown), by rank."""
-        self.supervisor: Optional[Supervisor] = None
+        self.supervisor: Optional[RankSupervisor] = None
         """The stopping rules at work, while :meth:`supervise` runs."""
         self.stop_reason: Optional[StopReason] = None
         """Why the ranks were stopped, once supervision is over (``None``: they all ended on their own)."""
@@ -219,11 +222,11 @@ class Call(abc.ABC):
         running = self.running()
         reason = self._stop_reason_now()
         began = time.time()
-        self.stop_report = self._look(running, reason)
+        self.stop_report = self._snapshot_and_report(running, reason, self.folder.snapshot)
         # A rank that fails while the look takes its seconds has lost its peer to what stopped the call. After an
         # interrupt or at the timeout that is the stop's consequence, never the call's root cause (the call raises
         # KeyboardInterrupt, or the timeout); after a failure it is one more failure, listed as one.
-        stopped_at = time.time() if reason == StopReason.FAILURE.value else began
+        stopped_at = time.time() if reason is StopReason.FAILURE else began
         for outcome in running:
             outcome.stopped_at = stopped_at
         self.send(signal.SIGTERM, running)
@@ -234,7 +237,7 @@ class Call(abc.ABC):
 
     def supervise(self, deadline: Optional[float]) -> None:
         """Wait until every rank has ended, stopping them all on the first failure, the deadline or an interrupt."""
-        supervisor = self.supervisor = Supervisor(
+        supervisor = self.supervisor = RankSupervisor(
             receive=self._receive,
             running=lambda: bool(self.running()),
             terminate=self.stop,
@@ -288,12 +291,12 @@ class Call(abc.ABC):
         for output in self.outputs.values():
             output.finish()
 
-    def _stop_reason_now(self) -> str:
+    def _stop_reason_now(self) -> StopReason:
         reason = self.supervisor.stop_reason if self.supervisor is not None else None
-        return reason.value if reason is not None else "failure"
+        return reason if reason is not None else StopReason.FAILURE
 
-    def _look(self, running: Sequence[RankOutcome], reason: str, folder: str = stop_report.SNAPSHOT_FOLDER
-              ) -> Optional[StopReport]:
+    def _snapshot_and_report(self, running: Sequence[RankOutcome], reason: StopReason,
+                             folder: ReportFolder) -> Optional[StopReport]:
         """Snapshot ``running`` and report on every rank (written to the log folder); ``None`` when there is no
         rank to look at, or snapshots are off."""
         budget = self.launch.snapshot_seconds
@@ -303,16 +306,16 @@ class Call(abc.ABC):
             snapshots = self.snapshot(running, budget)
             if not snapshots:
                 return None  # this way of starting ranks cannot look at them
-            report = stop_report.build(reason, self.outcomes, snapshots, self.launch.log_dir, folder)
+            report = stop_report.build(reason, self.outcomes, snapshots, folder)
         except Exception as error:  # noqa: BLE001 - a failed look must never keep the ranks from being stopped
             print(f"databricks.air: could not take a snapshot of the ranks: {error!r}", file=sys.stderr, flush=True)
             return None
-        if reason == StopReason.INTERRUPT.value:  # shown before KeyboardInterrupt propagates
-            print(report.text("databricks.air: interrupted. Where the ranks were:"), file=sys.stderr, flush=True)
-        self._keep(report)
+        if reason is StopReason.INTERRUPT:  # shown before KeyboardInterrupt propagates
+            print(report.text(), file=sys.stderr, flush=True)
+        self._call_on_report(report)
         return report
 
-    def _keep(self, report: StopReport) -> None:
+    def _call_on_report(self, report: StopReport) -> None:
         if self.launch.on_report is not None and report.folder is not None:
             try:
                 self.launch.on_report(report)
@@ -338,9 +341,9 @@ class Call(abc.ABC):
         if stall is None:
             return
         self._stall_reports += 1
-        report = self._look(running, "stall", f"stall_{self._stall_reports}")
+        report = self._snapshot_and_report(running, StopReason.STALL, self.folder.stall(self._stall_reports))
         warning = f"databricks.air: warning: {self.launch.name} looks stalled: {stall.describe()}."
-        body = report.text("Where the ranks are (the call goes on):") if report is not None else ""
+        body = report.text() if report is not None else ""
         print(f"{warning}\n{body}".rstrip(), file=sys.stderr, flush=True)
 
     def _receive(self, seconds: float) -> None:

@@ -101,7 +101,7 @@ def results_or_error(
         sections = [f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks were "
                     f"stopped. {timeout_note}".rstrip()]
         if stop_report is not None:
-            sections.append(stop_report.text("Where the ranks were when the time was up:"))
+            sections.append(stop_report.text())
         causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in ordered}))
         if causes:
             sections.append(causes)
@@ -166,7 +166,7 @@ def build_error(
     # Where the ranks the launcher stopped were: not those that failed too, nor those whose function returned (the
     # snapshot may have caught one on its way out; the Ranks table says how it ended).
     if stop_report is not None and stopped:
-        sections.append(stop_report.table(f"When rank {root.rank} failed, the other ranks were:", stopped))
+        sections.append(stop_report.table(root.rank, stopped))
     sections.append(f"Every rank's output is in {log_dir}")
     message = "\n\n".join(sections)
 

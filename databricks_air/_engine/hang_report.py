@@ -50,9 +50,20 @@ class RankView:
 class HangReport:
     """The report: :attr:`table` (one line per rank) and :attr:`verdict`; :meth:`text` joins them."""
 
-    table: List[str]
+    rows: Dict[int, str]
+    """Each rank's line, by rank in rank order; the columns are aligned over every rank."""
     verdict: str
     suspects: List[int]
+
+    @property
+    def table(self) -> List[str]:
+        """One line per rank, in rank order."""
+        return list(self.rows.values())
+
+    def lines(self, ranks: Iterable[int]) -> List[str]:
+        """The lines of ``ranks`` only, in rank order (aligned as in the whole table)."""
+        wanted = set(ranks)
+        return [line for rank, line in self.rows.items() if rank in wanted]
 
     def text(self, heading: str = "Where the ranks were:") -> str:
         return "\n".join([heading, *self.table, "", self.verdict])
@@ -63,9 +74,9 @@ def build(views: Sequence[RankView], now: Optional[float] = None) -> HangReport:
     now = time.time() if now is None else now
     ordered = sorted(views, key=lambda view: view.rank)
     places = {view.rank: user_place(view.snapshot) for view in ordered}
-    table = _table(ordered, places, now)
+    rows = dict(zip((view.rank for view in ordered), _table(ordered, places, now)))
     verdict, suspects = _verdict(ordered, places, now)
-    return HangReport(table, verdict, suspects)
+    return HangReport(rows=rows, verdict=verdict, suspects=suspects)
 
 
 # --- where a rank is -----------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ chosen here, and only here (:func:`call_class`): on this machine
 contract of :class:`~databricks.air._engine.call.Call`:
 
 * the first failing rank stops all others at once (SIGTERM to each rank and everything it started, SIGKILL after
-  ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.Supervisor`'s);
+  ``grace_period``; the rules are :class:`~databricks.air._engine.supervision.RankSupervisor`'s);
 * ``timeout`` bounds the whole call (:class:`LocalExecutionTimeoutError`);
 * ``KeyboardInterrupt`` stops every rank and every process a rank started, then propagates (a second one skips
   the grace period);
@@ -27,11 +27,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from typing import Any, List, Mapping, Optional, Type
 
+from databricks.air._call_folder import CallFolder
 from databricks.air._engine import gpu_leases, restarts
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
@@ -94,7 +94,7 @@ def run(launch: Launch, calls: Type[Call] = LocalCall) -> List[Any]:
             print(
                 f"databricks.air: {decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
                 f"{restarts.resuming_from(launch.log_dir)} (attempt {attempt.attempt}'s logs: "
-                f"{os.path.join(launch.log_dir, f'attempt_{attempt.attempt}')})",
+                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Callable, Dict, Optional, TextIO
 
+from databricks.air._call_folder import CallFolder
+
 _TAIL_BYTES = 256 * 1024
 
 
@@ -73,10 +75,11 @@ def make_outputs(
 ) -> Dict[int, RankOutput]:
     """One :class:`RankOutput` per rank, logging to ``<log_dir>/rank_<r>.txt``; shown ranks are shown while ``live()``
     (``None``: always)."""
+    folder = CallFolder(log_dir)
     return {
         rank: RankOutput(
             rank,
-            os.path.join(log_dir, f"rank_{rank}.txt"),
+            folder.rank_log(rank),
             echo=show_all_ranks or rank == 0,
             prefix=f"[rank {rank}] " if show_all_ranks else None,
             live=live,

@@ -7,9 +7,10 @@ sets ``MASTER_ADDR`` and ``MASTER_PORT`` depends on where the ranks run, so the 
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Dict, Mapping, Optional
+
+from databricks.air._call_folder import CallFolder
 
 
 def job_environ(job_id: Optional[str] = None, restart_count: int = 0, max_restarts: int = 0) -> Dict[str, str]:
@@ -26,10 +27,6 @@ def job_environ(job_id: Optional[str] = None, restart_count: int = 0, max_restar
     }
 
 
-FLIGHT_RECORDER_PREFIX = "flight_recorder_rank_"
-"""torch appends the rank: ``flight_recorder_rank_0`` in the call's log folder."""
-
-
 def flight_recorder_environ(environ: Mapping[str, str], log_dir: Optional[str]) -> Dict[str, str]:
     """torch's flight recorder on for every process group, dumping into the call's log folder on a watchdog timeout,
     where the caller (``environ``) has not chosen otherwise under either of torch's names for a setting.
@@ -44,7 +41,7 @@ def flight_recorder_environ(environ: Mapping[str, str], log_dir: Optional[str]) 
     if not {"TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_ON_TIMEOUT"} & environ.keys():
         settings["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
     if log_dir is not None and not {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} & environ.keys():
-        settings["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(log_dir, FLIGHT_RECORDER_PREFIX)
+        settings["TORCH_FR_DUMP_TEMP_FILE"] = CallFolder(log_dir).flight_recorder_prefix
     return settings
 
 

@@ -27,6 +27,7 @@ import signal
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from databricks.air import _variables, log_patterns
+from databricks.air._call_folder import CallFolder
 from databricks.air._engine import likely_causes
 from databricks.air._engine.outcome import RankOutcome, describe_status
 from databricks.air.exceptions import DistributedExecutionError, RankExitError
@@ -154,11 +155,10 @@ def keep_attempt(log_dir: str, attempt: int) -> Optional[str]:
     """Move the files a failed attempt left at the top of the call's log folder (each rank's output, its reports)
     into ``attempt_<n>/``, so that the next attempt writes afresh and nothing of this one is lost. Dot files (the
     caller's lock) stay. Returns the folder, or ``None`` when there was nothing to keep."""
-    kept = os.path.join(log_dir, f"attempt_{attempt}")
+    folder = CallFolder(log_dir)
+    kept = folder.attempt(attempt)
     moved: List[str] = []
-    for name in sorted(os.listdir(log_dir)):
-        if name.startswith(".") or name.startswith("attempt_"):
-            continue
+    for name in folder.attempt_files():
         if not moved:
             os.makedirs(kept, exist_ok=True)
         os.replace(os.path.join(log_dir, name), os.path.join(kept, name))
@@ -166,21 +166,18 @@ def keep_attempt(log_dir: str, attempt: int) -> Optional[str]:
     return kept if moved else None
 
 
-LAST_CHECKPOINT_NAME = ".last_checkpoint"
-"""In the call's log folder (a dot file: it stays when an attempt's files are kept aside): the step of the last
-checkpoint rank 0 saved with ``databricks.air.data.Checkpointer``, a line ``STEP PATH``."""
-
-
 def last_checkpoint_environ(log_dir: str) -> Dict[str, str]:
-    """What tells rank 0's ``Checkpointer`` where to note each checkpoint it saves."""
-    return {_variables.LAST_CHECKPOINT_FILE: os.path.join(log_dir, LAST_CHECKPOINT_NAME)}
+    """What tells rank 0's ``Checkpointer`` where to note each checkpoint it saves (``.last_checkpoint`` in the call's
+    log folder: the step of the last checkpoint rank 0 saved with ``databricks.air.data.Checkpointer``, a line
+    ``STEP PATH``)."""
+    return {_variables.LAST_CHECKPOINT_FILE: CallFolder(log_dir).last_checkpoint}
 
 
 def resuming_from(log_dir: str) -> str:
     """`` from step N`` when rank 0 noted a checkpoint (the next attempt's ``Checkpointer.restore`` resumes there),
     else nothing: the function starts again, and what it restores is its own business."""
     try:
-        with open(os.path.join(log_dir, LAST_CHECKPOINT_NAME), encoding="utf-8") as note:
+        with open(CallFolder(log_dir).last_checkpoint, encoding="utf-8") as note:
             step = note.read().split()[0]
     except (OSError, IndexError):
         return ""

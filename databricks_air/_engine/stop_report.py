@@ -3,9 +3,10 @@
 :meth:`Call.stop <databricks.air._engine.call.Call.stop>` takes a snapshot of the ranks it is about to stop
 (:mod:`~databricks.air._engine.snapshot`), and this module turns the outcomes and the snapshot into a
 :class:`StopReport`: the table and the suspect (:mod:`~databricks.air._engine.hang_report`), written to the call's
-log folder as ``snapshot/summary.txt`` (the report, every rank's sources and the likely causes), one
-``snapshot/rank_<r>.txt`` per rank (its full stacks and collectives) and ``snapshot/suspects.json`` (for tools: the
-suspect ranks and why the call stopped). A stall writes the same into ``stall_<n>/``.
+log folder (a :class:`~databricks.air._call_folder.ReportFolder`) as ``snapshot/summary.txt`` (the report, every
+rank's sources and the likely causes), one ``snapshot/rank_<r>.txt`` per rank (its full stacks and collectives) and
+``snapshot/suspects.json`` (for tools: the suspect ranks and why the call stopped). A stall writes the same into
+``stall_<n>/``. The headings of the report's texts live here, beside it (:data:`HEADINGS`).
 """
 
 from __future__ import annotations
@@ -15,19 +16,34 @@ import json
 import os
 from typing import Dict, Iterable, List, Mapping, Optional
 
+from databricks.air._call_folder import ReportFolder
 from databricks.air._engine import hang_report
 from databricks.air._engine.outcome import OutcomeKind, RankOutcome, describe_status
 from databricks.air._engine.snapshot import RankSnapshot
+from databricks.air._engine.supervision import StopReason
 
-SNAPSHOT_FOLDER = "snapshot"
+HEADINGS: Dict[StopReason, str] = {
+    StopReason.INTERRUPT: "databricks.air: interrupted. Where the ranks were:",
+    StopReason.TIMEOUT: "Where the ranks were when the time was up:",
+    StopReason.STALL: "Where the ranks are (the call goes on):",
+    StopReason.FAILURE: "Where the ranks were:",
+}
+"""The heading of :meth:`StopReport.text`, by why the report was taken."""
+OTHERS_WHEN_FAILED = "When rank {rank} failed, the other ranks were:"
+"""The heading of :meth:`StopReport.table`: the ranks stopped when another failed."""
+SUMMARY = "Where the ranks were ({reason}):"
+"""The heading of ``summary.txt``."""
+STACKS = "Every rank's stacks: {folder}"
+"""The line that ends a report written to its folder."""
 
 
 @dataclasses.dataclass
 class StopReport:
     """Where the ranks were at one moment, and the folder that keeps the details."""
 
-    reason: str
-    """``timeout``, ``interrupt``, ``failure`` or ``stall``."""
+    reason: StopReason
+    """Why the report was taken: the call stopped its ranks (a failure, the timeout, an interrupt), or found them
+    stalled."""
     report: hang_report.HangReport
     folder: Optional[str]
     """The folder holding ``summary.txt`` and ``rank_<r>.txt``; ``None`` when it could not be written."""
@@ -37,37 +53,36 @@ class StopReport:
     def suspects(self) -> List[int]:
         return self.report.suspects
 
-    def text(self, heading: str) -> str:
-        """The report for a message: the heading, one line per rank, the verdict, and where the stacks are."""
-        lines = [self.report.text(heading)]
-        if self.folder is not None:
-            lines.append(f"Every rank's stacks: {self.folder}")
-        return "\n".join(lines)
+    def text(self) -> str:
+        """The report for a message: the heading of its reason (:data:`HEADINGS`), one line per rank, the verdict,
+        and where the stacks are."""
+        return self._with_folder([self.report.text(HEADINGS[self.reason])])
 
-    def table(self, heading: str, ranks: Iterable[int]) -> str:
-        """Only the lines of ``ranks`` (the ranks still running when another failed), with the heading."""
-        wanted = {f"  rank {rank}:" for rank in ranks}
-        lines = [line for line in self.report.table if any(line.startswith(w) for w in wanted)]
-        text = "\n".join([heading, *lines])
-        return text + (f"\nEvery rank's stacks: {self.folder}" if self.folder is not None else "")
+    def table(self, failed: int, ranks: Iterable[int]) -> str:
+        """Only the lines of ``ranks`` (the ranks still running when rank ``failed`` failed), with the heading
+        :data:`OTHERS_WHEN_FAILED`."""
+        return self._with_folder([OTHERS_WHEN_FAILED.format(rank=failed), *self.report.lines(ranks)])
+
+    def _with_folder(self, lines: List[str]) -> str:
+        if self.folder is not None:
+            lines.append(STACKS.format(folder=self.folder))
+        return "\n".join(lines)
 
 
 def build(
-    reason: str,
+    reason: StopReason,
     outcomes: Mapping[int, RankOutcome],
     snapshots: Dict[int, RankSnapshot],
-    log_dir: str,
-    folder_name: str = SNAPSHOT_FOLDER,
+    folder: ReportFolder,
 ) -> StopReport:
-    """The report over every rank of the call, its files written under ``log_dir/folder_name``."""
+    """The report over every rank of the call, its files written into ``folder``."""
     views = [_view(outcome, snapshots.get(rank)) for rank, outcome in sorted(outcomes.items())]
     report = hang_report.build(views)
-    folder: Optional[str] = os.path.join(log_dir, folder_name)
     try:
-        _write(folder, reason, report, snapshots)  # type: ignore[arg-type]
+        _write(folder, reason, report, snapshots)
     except OSError:
-        folder = None
-    return StopReport(reason, report, folder, snapshots)
+        return StopReport(reason, report, None, snapshots)
+    return StopReport(reason, report, folder.path, snapshots)
 
 
 def _view(outcome: RankOutcome, snapshot: Optional[RankSnapshot]) -> hang_report.RankView:
@@ -79,16 +94,17 @@ def _view(outcome: RankOutcome, snapshot: Optional[RankSnapshot]) -> hang_report
     return hang_report.RankView(outcome.rank, ended=describe_status(outcome.status), raised=raised)
 
 
-def _write(folder: str, reason: str, report: hang_report.HangReport, snapshots: Dict[int, RankSnapshot]) -> None:
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "summary.txt"), "w") as stream:
-        stream.write(report.text(f"Where the ranks were ({reason}):") + "\n")
+def _write(folder: ReportFolder, reason: StopReason, report: hang_report.HangReport,
+           snapshots: Dict[int, RankSnapshot]) -> None:
+    os.makedirs(folder.path, exist_ok=True)
+    with open(folder.summary, "w") as stream:
+        stream.write(report.text(SUMMARY.format(reason=reason.value)) + "\n")
         for rank, snapshot in sorted(snapshots.items()):
             failing = {source: state for source, state in snapshot.sources.items() if state != "ok"}
             if failing:
                 stream.write(f"\nrank {rank}: " + "; ".join(f"{k}: {v}" for k, v in sorted(failing.items())) + "\n")
     for rank, snapshot in snapshots.items():
-        with open(os.path.join(folder, f"rank_{rank}.txt"), "w") as stream:
+        with open(folder.rank(rank), "w") as stream:
             stream.write(snapshot.text)
-    with open(os.path.join(folder, "suspects.json"), "w") as stream:
-        json.dump({"reason": reason, "suspect_ranks": report.suspects, "verdict": report.verdict}, stream)
+    with open(folder.suspects, "w") as stream:
+        json.dump({"reason": reason.value, "suspect_ranks": report.suspects, "verdict": report.verdict}, stream)

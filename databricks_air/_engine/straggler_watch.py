@@ -33,6 +33,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
+from databricks.air._call_folder import CallFolder
 from databricks.air._engine import hang_report, stragglers
 from databricks.air._engine.snapshot import RankSnapshot
 from databricks.air._engine.stragglers import DataWait, Issued, Straggler, Window
@@ -40,7 +41,6 @@ from databricks.air._engine.stragglers import DataWait, Issued, Straggler, Windo
 if TYPE_CHECKING:
     from databricks.air._engine.call import Call
 
-FILE_NAME = "stragglers.json"
 ASK_SECONDS = 1.0
 """How long a look waits for the ranks' answers."""
 STACK_SECONDS = 2.0
@@ -204,7 +204,7 @@ class StragglerWatch:
     def _write(self) -> None:
         if not self.log_dir or not os.path.isdir(self.log_dir):
             return
-        path = os.path.join(self.log_dir, FILE_NAME)
+        path = CallFolder(self.log_dir).stragglers
         content = {
             "interval_seconds": self.seconds,
             "clock": self.clock,

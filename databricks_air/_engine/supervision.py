@@ -2,32 +2,32 @@
 
 The local call (:mod:`databricks.air._engine.local_call`) and the Ray call (:mod:`databricks.air._ray.ray_call`)
 hold their ranks in different ways (process groups behind a rank server, actors on a cluster) but supervise them
-with the same rules, which live here. :class:`~databricks.air._engine.call.Call` gives a :class:`Supervisor` four
+with the same rules, which live here. :class:`~databricks.air._engine.call.Call` gives a :class:`RankSupervisor` four
 hooks:
 
 * ``receive(seconds)``: wait up to ``seconds`` for news of the ranks (output, exits) and handle it; where a rank
-  failed, call :meth:`Supervisor.stop`;
+  failed, call :meth:`RankSupervisor.stop`;
 * ``running()``: whether any rank is still running;
 * ``terminate()``: ask every running rank, and everything it started, to end (SIGTERM);
 * ``kill()``: end every running rank now (SIGKILL).
 
 The rules:
 
-* the first failure, or the deadline (:attr:`Supervisor.timed_out`), starts stopping every rank;
+* the first failure, or the deadline (:attr:`RankSupervisor.timed_out`), starts stopping every rank;
 * a rank still running ``grace_period`` seconds after stopping began is killed;
-* a ``KeyboardInterrupt`` starts stopping every rank (:attr:`Supervisor.interrupted`); a second one, or one while
+* a ``KeyboardInterrupt`` starts stopping every rank (:attr:`RankSupervisor.interrupted`); a second one, or one while
   stopping, kills them at once. Supervision goes on until every rank has ended, and the caller raises the
   ``KeyboardInterrupt`` again once it has collected what the ranks left;
 * a cancel (the ``cancelled`` event, set by another thread: a call run in the background) is an interrupt that did
   not come through a signal; it is seen within one poll.
 
-Stopping is marked before ``terminate()`` runs, so the hook can tell why (:attr:`Supervisor.stop_reason`), and an
+Stopping is marked before ``terminate()`` runs, so the hook can tell why (:attr:`RankSupervisor.stop_reason`), and an
 interrupt that lands while it runs (a slow look at the ranks before they are signalled, say) kills at once.
 
 A sketch of a call site::
 
-    supervisor = Supervisor(receive=poll, running=any_running, terminate=sigterm_all, kill=sigkill_all,
-                            grace_period=3.0)
+    supervisor = RankSupervisor(receive=poll, running=any_running, terminate=sigterm_all, kill=sigkill_all,
+                                grace_period=3.0)
     supervisor.run(deadline=time.monotonic() + timeout)
     if supervisor.interrupted:
         raise KeyboardInterrupt
@@ -45,7 +45,7 @@ POLL_SECONDS = 0.5
 
 
 class StopReason(enum.Enum):
-    """Why the ranks were stopped before they all ended on their own."""
+    """Why the ranks were stopped before they all ended on their own, or looked at while they ran (a stall)."""
 
     FAILURE = "failure"
     """A rank failed."""
@@ -53,9 +53,11 @@ class StopReason(enum.Enum):
     """The call reached its deadline."""
     INTERRUPT = "interrupt"
     """A ``KeyboardInterrupt`` reached the caller."""
+    STALL = "stall"
+    """The ranks looked stalled: a report is taken, and the call goes on (never a reason the supervisor stops)."""
 
 
-class Supervisor:
+class RankSupervisor:
     """The stopping rules of one call's ranks, over hooks that reach the ranks (see the module docstring)."""
 
     def __init__(

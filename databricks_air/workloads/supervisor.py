@@ -55,7 +55,7 @@ def grace_seconds() -> float:
     return _seconds(GRACE_VARIABLE, DEFAULT_GRACE)
 
 
-class Supervisor:
+class WorkloadSupervisor:
     """Runs a run's attempts; :meth:`run` returns its final status."""
 
     def __init__(self, folder: RunFolder, launcher: NodeLauncher, environ: Optional[Mapping[str, str]] = None,
@@ -159,10 +159,10 @@ class Supervisor:
             self._update(message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
                                  f"{'CPU' if plan.cpu else 'GPU'}(s)")
 
-        def say(text: str) -> None:
+        def show_progress(text: str) -> None:
             self._update(message=f"attempt {number}: {text}")
 
-        return self.launcher.reserve(plan, deadline, self._cancel_asked, say)
+        return self.launcher.reserve(plan, deadline, self._cancel_asked, show_progress)
 
     def _attempt_not_started(self, number: int, started: float, status: str, reason: str) -> Tuple[str, str]:
         """Record an attempt whose nodes were never had."""

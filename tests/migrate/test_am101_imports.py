@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import List, Tuple
-
 import libcst
 import pytest
-from rule_helpers import apply
+from rule_helpers import apply, check_noop, check_transformed, person_items
 
 from air_migrate.rules import REGISTRY
 
-
-def migrate(source: str) -> Tuple[str, List[Tuple[int, int, bool, str]]]:
-    module, findings = apply(REGISTRY["AM101"], libcst.parse_module(source))
-    return module.code, [(f.line, f.column, f.attention, f.message) for f in findings]
+AM101 = ("AM101",)
 
 
 CHANGES = [
@@ -46,10 +41,9 @@ CHANGES = [
 
 @pytest.mark.parametrize("before, after", CHANGES)
 def test_import_forms_are_rewritten_in_place(before: str, after: str) -> None:
-    code, findings = migrate(before)
-    assert code == after
-    assert findings and not any(attention for _, _, attention, _ in findings)
-    assert migrate(code) == (code, [])  # a second run changes and reports nothing
+    report = check_transformed(before, after, AM101)
+    assert report and not person_items(report)
+    assert check_noop(after, AM101) == []  # a second run changes and reports nothing
 
 
 def test_names_that_only_look_alike_are_never_touched() -> None:
@@ -60,21 +54,22 @@ def test_names_that_only_look_alike_are_never_touched() -> None:
         "    return serverless_gpu.x, distributed, torch.distributed.init_process_group\n"
         "serverless_gpu = 3\n"
     )
-    code, _ = migrate(source)
-    assert code == source.replace("from serverless_gpu import", "from databricks.air import", 1)
+    check_transformed(source, source.replace("from serverless_gpu import", "from databricks.air import", 1), AM101)
 
 
 def test_an_existing_databricks_air_import_is_not_duplicated() -> None:
-    code, findings = migrate("from databricks.air import distributed\nfrom serverless_gpu import distributed\nx = 1\n")
-    assert code == "from databricks.air import distributed\nx = 1\n"
-    assert findings == [(2, 1, False, "from serverless_gpu import ... removed: databricks.air already provides these names here")]
+    source = "from databricks.air import distributed\nfrom serverless_gpu import distributed\nx = 1\n"
+    assert check_transformed(source, "from databricks.air import distributed\nx = 1\n", AM101) == [
+        "job.py:2:1: AM101 change from serverless_gpu import ... removed: databricks.air already provides these names "
+        "here"
+    ]
 
 
 def test_a_star_import_is_rewritten_and_flagged_for_review() -> None:
     module, findings = apply(REGISTRY["AM101"], libcst.parse_module("from serverless_gpu import *\n"))
     assert module.code == "from databricks.air import *\n"
-    assert [(f.line, f.column, f.attention, f.review, f.message) for f in findings] == [
-        (1, 1, False, True, "from serverless_gpu import * -> from databricks.air import *; list the names you use "
+    assert [(f.line, f.column, f.severity, f.message) for f in findings] == [
+        (1, 1, "review", "from serverless_gpu import * -> from databricks.air import *; list the names you use "
          "instead of *")
     ]
 
@@ -83,9 +78,9 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
     module, findings = apply(
         REGISTRY["AM101"], libcst.parse_module("import serverless_gpu\nserverless_gpu.distributed(gpus=2)\n")
     )
-    assert [(f.line, f.column, f.end_line, f.end_column, f.before, f.after, f.review) for f in findings] == [
-        (1, 1, 1, 22, "import serverless_gpu", "import databricks.air", False),
-        (2, 1, 2, 15, "serverless_gpu", "databricks.air", False),
+    assert [(f.line, f.column, f.end_line, f.end_column, f.before, f.after, f.severity) for f in findings] == [
+        (1, 1, 1, 22, "import serverless_gpu", "import databricks.air", "change"),
+        (2, 1, 2, 15, "serverless_gpu", "databricks.air", "change"),
     ]
 
 
@@ -101,9 +96,8 @@ def test_every_rewrite_is_reported_with_its_source_before_and_after() -> None:
 def test_an_import_in_a_plain_if_or_else_branch_is_rewritten(source: str) -> None:
     # Only a try, or an if that picks between the two packages, guards an import: any other branch is plain code,
     # whose keywords are rewritten too, and databricks.air gives the very objects serverless_gpu does.
-    code, findings = migrate(source)
-    assert code == source.replace("serverless_gpu", "databricks.air")
-    assert findings and not [finding for finding in findings if finding[2]]  # nothing left for a person
+    report = check_transformed(source, source.replace("serverless_gpu", "databricks.air"), AM101)
+    assert report and not person_items(report)  # nothing left for a person
 
 
 @pytest.mark.parametrize(
@@ -111,33 +105,32 @@ def test_an_import_in_a_plain_if_or_else_branch_is_rewritten(source: str) -> Non
     [
         (
             "try:\n    from serverless_gpu import distributed\nexcept ImportError:\n    pass\n",
-            (2, 5, True, "a guarded import from serverless_gpu is left as it is: move it by hand"),
+            "job.py:2:5: AM101 manual a guarded import from serverless_gpu is left as it is: move it by hand",
         ),
         (  # an if that picks between the packages is a fallback, as a try is
             "if HAVE_AIR:\n    import databricks.air as air\nelse:\n    import serverless_gpu as air\n",
-            (4, 5, True, "a guarded import of serverless_gpu is left as it is: move it by hand"),
+            "job.py:4:5: AM101 manual a guarded import of serverless_gpu is left as it is: move it by hand",
         ),
         (
             "if importlib.util.find_spec(NAME):\n    import serverless_gpu\n",
-            (2, 5, True, "a guarded import of serverless_gpu is left as it is: move it by hand"),
+            "job.py:2:5: AM101 manual a guarded import of serverless_gpu is left as it is: move it by hand",
         ),
         (
             "import importlib\nm = importlib.import_module('serverless_gpu.runtime')\n",
-            (2, 5, True, "a dynamic import of 'serverless_gpu.runtime' is left as it is: import databricks.air instead"),
+            "job.py:2:5: AM101 manual a dynamic import of 'serverless_gpu.runtime' is left as it is: import "
+            "databricks.air instead",
         ),
         (
             "import mock\np = mock.patch('serverless_gpu.launcher.distributed')\n",
-            (2, 16, True, "a string names the module path 'serverless_gpu.launcher.distributed', left as it is: if "
-                          "code imports or patches by it (mock.patch, import_module), write databricks.air there"),
+            "job.py:2:16: AM101 manual a string names the module path 'serverless_gpu.launcher.distributed', left as "
+            "it is: if code imports or patches by it (mock.patch, import_module), write databricks.air there",
         ),
         # Prose: a note (info), never an item for a person.
         ('"""Trains with serverless_gpu."""\n',
-         (1, 1, False, "a string mentions serverless_gpu (prose, not code); it is left as it is")),
+         "job.py:1:1: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"),
         ('x = f"{n} GPUs of serverless_gpu"\n',
-         (1, 5, False, "a string mentions serverless_gpu (prose, not code); it is left as it is")),
+         "job.py:1:5: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"),
     ],
 )
-def test_what_is_not_rewritten_is_reported(source: str, finding: tuple) -> None:
-    code, findings = migrate(source)
-    assert code == source
-    assert findings == [finding]
+def test_what_is_not_rewritten_is_reported(source: str, finding: str) -> None:
+    assert check_noop(source, AM101) == [finding]

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from typing import List, Tuple
-
-import libcst
 import pytest
-from rule_helpers import apply
+from rule_helpers import check_noop, check_transformed, person_items
 
-from air_migrate.rules import REGISTRY
-
-
-def migrate(source: str, *codes: str) -> Tuple[str, List[Tuple[int, int, bool, str]]]:
-    module = libcst.parse_module(source)
-    findings = []
-    for code in codes or ("AM102",):
-        module, found = apply(REGISTRY[code], module)
-        findings += [(f.line, f.column, f.attention, f.message) for f in found]
-    return module.code, findings
+AM102 = ("AM102",)
 
 
 @pytest.mark.parametrize(
@@ -45,10 +33,9 @@ def migrate(source: str, *codes: str) -> Tuple[str, List[Tuple[int, int, bool, s
     ],
 )
 def test_old_keywords_are_renamed_keeping_values_and_formatting(before: str, after: str) -> None:
-    code, findings = migrate(before)
-    assert code == after
-    assert findings and not any(attention for _, _, attention, _ in findings)
-    assert migrate(code) == (code, [])
+    report = check_transformed(before, after, AM102)
+    assert report and not person_items(report)
+    assert check_noop(after, AM102) == []
 
 
 def test_other_functions_of_the_same_name_are_not_touched() -> None:
@@ -58,12 +45,12 @@ def test_other_functions_of_the_same_name_are_not_touched() -> None:
         "def distributed_job(gpus): ...\n"
         "distributed_job(gpus=2)\n"
     )
-    assert migrate(source) == (source, [])
+    assert check_noop(source, AM102) == []
 
 
 def test_after_am101_the_same_calls_still_resolve() -> None:
-    code, _ = migrate("from serverless_gpu import distributed as d\nd(gpus=1)(f)\n", "AM101", "AM102")
-    assert code == "from databricks.air import distributed as d\nd(num_accelerators=1)(f)\n"
+    check_transformed("from serverless_gpu import distributed as d\nd(gpus=1)(f)\n",
+                      "from databricks.air import distributed as d\nd(num_accelerators=1)(f)\n", ("AM101", "AM102"))
 
 
 @pytest.mark.parametrize(
@@ -76,4 +63,4 @@ def test_after_am101_the_same_calls_still_resolve() -> None:
     ],
 )
 def test_calls_that_cannot_be_confirmed_are_reported_and_left(source: str, message: str) -> None:
-    assert migrate(source) == (source, [(2, 1, True, message)])
+    assert check_noop(source, AM102) == [f"job.py:2:1: AM102 blocking {message}"]

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import libcst
 import pytest
-from rule_helpers import apply
+from rule_helpers import apply, check_noop, check_transformed, items
 
 from air_migrate.rules import REGISTRY
 from air_migrate.rules.accelerator_types import accelerator_type_for
 from databricks.air.compute import AcceleratorType, GPUType
 
 
-def migrate(source: str) -> Tuple[str, List[Tuple[str, bool, str]]]:
-    module, findings = apply(REGISTRY["AM103"], libcst.parse_module(source))
-    return module.code, [(f.code, f.attention, f.message) for f in findings]
+AM103 = ("AM103",)
 
 
 @pytest.mark.parametrize(
@@ -50,10 +48,10 @@ HEADER = "from databricks.air import distributed\n"
     ],
 )
 def test_literal_types_are_mapped_with_the_literal_count(call: str, expected: str) -> None:
-    code, findings = migrate(f"{HEADER}{call}\ndef f(): ...\n")
-    assert code == f"{HEADER}{expected}\ndef f(): ...\n"
-    assert [(c, attention) for c, attention, _ in findings] == [("AM103", False)]
-    assert migrate(code)[1] == []  # a second run reports nothing
+    after = f"{HEADER}{expected}\ndef f(): ...\n"
+    report = check_transformed(f"{HEADER}{call}\ndef f(): ...\n", after, AM103)
+    assert [item.split(" ", 2)[:2] for item in items(report)] == [["AM103", "change"]]
+    assert check_noop(after, AM103) == []  # a second run reports nothing
 
 
 @pytest.mark.parametrize(
@@ -70,20 +68,18 @@ def test_literal_types_are_mapped_with_the_literal_count(call: str, expected: st
 )
 def test_what_cannot_be_mapped_exactly_is_reported_with_its_code(call: str, code: str) -> None:
     source = f"{HEADER}{call}\ndef f(): ...\n"
-    out, findings = migrate(source)
-    assert out == source
-    assert [(c, attention) for c, attention, _ in findings] == [(code, True)]
+    assert [item.split(" ", 2)[:2] for item in items(check_noop(source, AM103))] == [[code, "blocking"]]
 
 
 def test_gpu_type_members_are_left_to_am108() -> None:
     source = "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n" \
              "@distributed(gpus=8, gpu_type=GPUType.H100)\ndef f(): ...\n"
-    assert migrate(source) == (source, [])
+    assert check_noop(source, AM103) == []
 
 
 def test_the_quotes_of_the_literal_are_kept() -> None:
-    code, _ = migrate(f"{HEADER}distributed(accelerator_type=\"\"\"A10\"\"\", num_accelerators=1)(f)\n")
-    assert code == f"{HEADER}distributed(accelerator_type=\"\"\"GPU_1xA10\"\"\", num_accelerators=1)(f)\n"
+    check_transformed(f"{HEADER}distributed(accelerator_type=\"\"\"A10\"\"\", num_accelerators=1)(f)\n",
+                      f"{HEADER}distributed(accelerator_type=\"\"\"GPU_1xA10\"\"\", num_accelerators=1)(f)\n", AM103)
 
 
 def test_the_change_is_reported_with_the_literal_before_and_after() -> None:
@@ -99,11 +95,11 @@ def test_new_values_and_other_calls_are_left_alone() -> None:
         'make_cluster(accelerator_type="H100")\n'
         '@distributed(accelerator_type="CPU")\ndef g(): ...\n'
     )
-    assert migrate(source) == (source, [])
+    assert check_noop(source, AM103) == []
 
 
 def test_unmappable_values_block_the_file_and_string_mentions_do_not() -> None:
     _, raw = apply(REGISTRY["AM103"], libcst.parse_module(f'{HEADER}distributed(accelerator_type="h200")(f)\n'))
-    assert [f.blocking for f in raw] == [True]
+    assert [f.severity for f in raw] == ["blocking"]
     _, strings = apply(REGISTRY["AM101"], libcst.parse_module('"""Uses serverless_gpu."""\n'))
-    assert [(f.attention, f.blocking, f.info) for f in strings] == [(False, False, True)]  # a note
+    assert [f.severity for f in strings] == ["info"]  # a note

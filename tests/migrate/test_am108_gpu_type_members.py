@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import List, Optional, Tuple
+from typing import List
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-from air_migrate.engine import FileResult, migrate_file
-from air_migrate.rules import REGISTRY
-
-RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
+from rule_helpers import check_noop, check_transformed, migrate_result, migrate_text
 
 
-def migrate(source: str, path: str = "job.py", **options: object) -> FileResult:
-    return migrate_file(path, source.encode(), RULES, **options)  # type: ignore[arg-type]
+def am108(report: List[str]) -> List[str]:
+    return [line for line in report if ": AM108 " in line]
 
 
-def output(result: FileResult) -> str:
-    return (result.migrated if result.migrated is not None else result.original).decode()
-
-
-def am108(result: FileResult) -> List[Tuple[Optional[int], int, int, str, str]]:
-    return [(r.cell, r.line, r.column, r.severity, r.message) for r in result.records if r.code == "AM108"]
-
-
-def assert_second_run_is_a_no_op(text: str, path: str = "job.py") -> None:
-    again = migrate(text, path)
-    assert again.migrated is None
-    assert [r for r in again.records if r.severity in ("change", "review")] == []
+def changes(report: List[str]) -> List[str]:
+    return [line for line in report if " change " in line or " review " in line]
 
 
 GOLDEN = [
@@ -118,29 +104,26 @@ GOLDEN = [
 
 @pytest.mark.parametrize("before, after", GOLDEN)
 def test_gpu_type_members_become_accelerator_types_with_their_imports(before: str, after: str) -> None:
-    result = migrate(before)
-    assert output(result) == after
-    manual = [(r.line, r.message.split(" is ")[0]) for r in result.records if r.attention]
-    assert manual == ([(8, "GPUType.A10")] if "get_gpus_per_node(" in before else [])  # a use outside a call
-    assert_second_run_is_a_no_op(after)
+    report = check_transformed(before, after)
+    manual = [line.split(" is ")[0] for line in report if " manual " in line or " blocking " in line]
+    assert manual == (["job.py:8:23: AM108 manual GPUType.A10"] if "get_gpus_per_node(" in before else [])  # a use
+    assert changes(check_noop(after)) == []  # outside a call; a second run changes nothing
 
 
 def test_the_report_names_each_change_at_its_input_position() -> None:
-    result = migrate(GOLDEN[1].values[0])
-    assert am108(result) == [
-        (None, 2, 1, "change", "AcceleratorType imported next to GPUType, which is still used"),
-        (None, 3, 31, "change", "GT.H100 -> AcceleratorType.GPU_1xH100"),
+    result = migrate_result(GOLDEN[1].values[0])
+    assert am108([str(record) for record in result.records]) == [
+        "job.py:2:1: AM108 change AcceleratorType imported next to GPUType, which is still used",
+        "job.py:3:31: AM108 change GT.H100 -> AcceleratorType.GPU_1xH100",
     ]
     use = next(r for r in result.records if r.code == "AM108" and r.line == 3)
     assert (use.end_line, use.end_column, use.before, use.after) == (3, 38, "GT.H100", "AcceleratorType.GPU_1xH100")
 
 
 def test_taking_gpu_type_out_of_a_plain_module_is_flagged_for_review() -> None:
-    result = migrate(GOLDEN[0].values[0])
-    assert am108(result)[0] == (
-        None, 2, 1, "review",
-        "GPUType -> AcceleratorType in the import: no use of GPUType is left (check that no other module imports it "
-        "from here)",
+    assert am108(migrate_text(GOLDEN[0].values[0])[1])[0] == (
+        "job.py:2:1: AM108 review GPUType -> AcceleratorType in the import: no use of GPUType is left (check that no "
+        "other module imports it from here)"
     )
 
 
@@ -159,12 +142,10 @@ def test_taking_gpu_type_out_of_a_plain_module_is_flagged_for_review() -> None:
 )
 def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, code: str, message: str) -> None:
     source = f"from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n{call}(f)\n"
-    result = migrate(source)
-    assert result.migrated is None  # blocked: left as it is
-    found = [(r.line, r.column, r.code, r.severity, r.message) for r in result.records if r.code.startswith("AM10")
-             and r.code not in ("AM101", "AM102")]
-    assert found == [(3, call.index("GPUType") + 1, code, "blocking", message)]
-    partial = output(migrate(source, partial=True))
+    report = check_noop(source)  # blocked: left as it is
+    found = [line for line in report if ": AM10" in line and ": AM101 " not in line and ": AM102 " not in line]
+    assert found == [f"job.py:3:{call.index('GPUType') + 1}: {code} blocking {message}"]
+    partial = migrate_text(source, partial=True)[0]
     assert "import GPUType\n" in partial and "AcceleratorType" not in partial  # the use stays, so does its import
 
 
@@ -200,9 +181,9 @@ def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, cod
     ids=["outside-a-call", "bound-twice", "guarded-import", "name-taken", "name-taken-relatively"],
 )
 def test_uses_that_cannot_be_rewritten_are_left_and_reported_without_blocking(source: str, message: str) -> None:
-    result = migrate(source)
-    assert [(severity, text) for *_, severity, text in am108(result)] == [("manual", message)]
-    assert "AcceleratorType." not in output(result)
+    result = migrate_result(source)
+    assert [(r.severity, r.message) for r in result.records if r.code == "AM108"] == [("manual", message)]
+    assert "AcceleratorType." not in migrate_text(source)[0]
     assert not result.blocked
 
 
@@ -213,9 +194,9 @@ def test_names_that_only_look_alike_are_not_touched() -> None:
         "distributed(num_accelerators=8, accelerator_type=GPUType.H100)(f)\n"
         "other.GPUType.H100\n"
     )
-    result = migrate(source)
-    assert am108(result) == []
-    assert "GPUType.H100)(f)" in output(result)
+    out, report = migrate_text(source)
+    assert am108(report) == []
+    assert "GPUType.H100)(f)" in out
 
 
 DATABRICKS = (
@@ -239,29 +220,28 @@ DATABRICKS = (
 
 
 def test_in_a_notebook_the_import_changes_in_its_own_cell_never_above_the_restart() -> None:
-    result = migrate(DATABRICKS, "nb.py")
-    assert output(result) == DATABRICKS.replace(
+    after = DATABRICKS.replace(
         "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n",
         "from databricks.air import distributed\nfrom databricks.air.compute import AcceleratorType\n",
     ).replace("(gpus=8, gpu_type=GPUType.H100)", "(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)")
-    assert am108(result) == [
-        (3, 11, 1, "change", "GPUType -> AcceleratorType in the import: no use of GPUType is left"),
-        (4, 15, 31, "change", "GPUType.H100 -> AcceleratorType.GPU_8xH100"),
+    assert am108(check_transformed(DATABRICKS, after, path="nb.py")) == [
+        "nb.py:cell 3:11:1: AM108 change GPUType -> AcceleratorType in the import: no use of GPUType is left",
+        "nb.py:cell 4:15:31: AM108 change GPUType.H100 -> AcceleratorType.GPU_8xH100",
     ]
-    assert_second_run_is_a_no_op(output(result), "nb.py")
+    assert changes(check_noop(after, path="nb.py")) == []  # a second run changes nothing
 
 
 def test_a_use_in_any_later_cell_keeps_the_old_name_imported() -> None:
     source = DATABRICKS + "\n# COMMAND ----------\n\nprint(GPUType.A10)\n"
-    text = output(migrate(source, "nb.py"))
+    text = migrate_text(source, "nb.py")[0]
     assert "from databricks.air.compute import GPUType, AcceleratorType\n" in text
     assert "accelerator_type=AcceleratorType.GPU_8xH100" in text and text.endswith("print(GPUType.A10)\n")
 
 
 def test_a_mention_in_a_cell_no_rule_can_parse_counts_as_a_use() -> None:
     source = DATABRICKS + "\n# COMMAND ----------\n\npip install torch\nprint(GPUType.A10)\n"
-    result = migrate(source, "nb.py")
-    assert "from databricks.air.compute import GPUType, AcceleratorType\n" in output(result)
+    result = migrate_result(source, "nb.py")
+    assert "from databricks.air.compute import GPUType, AcceleratorType\n" in migrate_text(source, "nb.py")[0]
     assert [r.code for r in result.records if r.cell == 5] == ["AM902"]
 
 
@@ -275,10 +255,10 @@ def test_an_alias_used_alone_in_a_later_cell_is_still_found() -> None:
         ],
         metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
     )
-    result = migrate(nbformat.writes(nb) + "\n", "nb.ipynb")
-    cells = ["".join(cell["source"]) for cell in json.loads(output(result))["cells"]]
+    out, report = migrate_text(nbformat.writes(nb) + "\n", "nb.ipynb")
+    cells = ["".join(cell["source"]) for cell in json.loads(out)["cells"]]
     assert cells[0] == "from databricks.air import distributed\nfrom databricks.air.compute import GPUType as T, " \
                        "AcceleratorType"
     assert cells[2] == "@distributed(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)\ndef train(): ..."
     assert cells[3] == "%time x = T.A10"  # inside a magic: still a use, so T stays imported
-    assert am108(result)[-1] == (3, 1, 31, "change", "T.H100 -> AcceleratorType.GPU_8xH100")
+    assert am108(report)[-1] == "nb.ipynb:cell 3:1:31: AM108 change T.H100 -> AcceleratorType.GPU_8xH100"

@@ -70,7 +70,7 @@ def test_other_lines_are_not_reported(line: str) -> None:
 def test_a_mention_that_is_not_a_requirement_is_reported_and_left() -> None:
     line = "%pip install git+https://github.com/acme/serverless_gpu.git"
     found = PipInstallsRule(FileOptions("ipynb", fix_pip=True)).check(line)
-    assert found is not None and found.new_line is None and found.attention
+    assert found is not None and found.new_line is None and found.severity.needs_person
     assert found.column == line.index("serverless") + 1 == 42
     assert found.message.startswith("installs serverless_gpu in a form --fix-pip cannot")
 

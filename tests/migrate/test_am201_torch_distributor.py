@@ -8,24 +8,14 @@ go, the settings each constructor form gives, and how the rule works with the ot
 from __future__ import annotations
 
 import json
-from typing import Any, List, Tuple
+from typing import List
 
 import pytest
+from rule_helpers import check_noop, check_transformed, migrate_result, migrate_text
 
-from air_migrate.engine import migrate_file
-from air_migrate.results import Record
 from air_migrate.rules import REGISTRY
 
-RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 IMPORT = "from pyspark.ml.torch.distributor import TorchDistributor\n"
-
-
-def migrate(source: str, path: str = "job.py", rules: Any = None, **options: Any) -> Tuple[str, List[str]]:
-    """The file after migration (as it was, when unchanged or held back) and its report lines."""
-    result = migrate_file(path, source.encode(), rules or RULES, **options)
-    assert result.error is None, result.error
-    records = sorted(result.records, key=Record.sort_key)
-    return (result.migrated or result.original).decode(), [str(record) for record in records]
 
 
 def codes(lines: List[str]) -> List[str]:
@@ -41,7 +31,7 @@ def test_only_pyspark_torch_distributor_is_recognised_whatever_else_shares_its_n
         "def train():\n    return 1\n\n"
         "TorchDistributor(2).run(train)\n"
     )
-    assert migrate(source) == (source, [])
+    assert check_noop(source) == []
 
 
 def test_a_dotted_import_of_the_module_is_followed_and_kept_while_pyspark_is_used_otherwise() -> None:
@@ -52,8 +42,7 @@ def test_a_dotted_import_of_the_module_is_followed_and_kept_while_pyspark_is_use
         "pyspark.ml.torch.distributor.TorchDistributor(num_processes=2).run(train)\n"
         "column = pyspark.sql.functions.col('x')\n"
     )
-    out, report = migrate(source)
-    assert out == (
+    expected = (
         "import pyspark.ml.torch.distributor\n"
         "from databricks.air import distributed\n"
         "import pyspark.sql.functions\n\n"
@@ -62,6 +51,7 @@ def test_a_dotted_import_of_the_module_is_followed_and_kept_while_pyspark_is_use
         "train.distributed()\n"
         "column = pyspark.sql.functions.col('x')\n"
     )
+    report = check_transformed(source, expected)
     assert report[0] == "job.py:1:1: AM204 change from databricks.air import distributed added after this import"
 
 
@@ -72,8 +62,7 @@ def test_a_guarded_import_with_a_fallback_is_not_trusted() -> None:
         "def train():\n    return 1\n\n"
         "TorchDistributor(2).run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == source
+    report = check_noop(source)
     assert report == [
         "job.py:9:1: AM212 blocking TorchDistributor is bound to more than one thing here, so air-migrate cannot "
         "tell whether it is pyspark's TorchDistributor: migrate it by hand"
@@ -84,8 +73,7 @@ def test_a_torch_distributor_imported_nowhere_in_the_file_is_reported_not_guesse
     source = (
         "# Databricks notebook source\n# MAGIC %run ./setup\n\n# COMMAND ----------\n\nTorchDistributor(2).run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == source
+    report = check_noop(source)
     assert report == [
         "job.py:cell 1:2:9: AM111 manual %run ./setup runs another notebook: names it defines are not resolved here, "
         "so uses of them are not migrated; run air-migrate on it too and check this notebook by hand",
@@ -97,13 +85,13 @@ def test_a_torch_distributor_imported_nowhere_in_the_file_is_reported_not_guesse
 
 def test_a_file_that_only_mentions_torch_distributor_in_comments_and_strings_is_left_alone() -> None:
     source = '"""Once trained with TorchDistributor."""\n# TorchDistributor(2).run(train)\nx = 1\n'
-    assert migrate(source) == (source, [])
+    assert check_noop(source) == []
 
 
 def test_the_rules_can_be_left_out() -> None:
     source = IMPORT + "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     rules = [rule for code, rule in sorted(REGISTRY.items()) if not code.startswith("AM2")]
-    assert migrate(source, rules=rules) == (source, [])
+    assert check_noop(source, rules=rules) == []
 
 
 # --- constructor settings ---------------------------------------------------------------------------------------------
@@ -127,7 +115,7 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
         f"import torch\nfrom torch import cuda\n{IMPORT}\ndef train():\n    return 1\n\n"
         f"TorchDistributor({arguments}).run(train)\n"
     )
-    out, _ = migrate(source)
+    out, _ = migrate_text(source)
     assert f"@{decorator}\ndef train():" in out and "train.distributed()" in out and "pyspark" not in out
 
 
@@ -152,8 +140,7 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
 )
 def test_settings_that_cannot_be_carried_over_block_the_file(arguments: str, message: str) -> None:
     source = f"import torch\n{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor({arguments}).run(train)\n"
-    out, report = migrate(source)
-    assert out == source
+    report = check_noop(source)
     assert [line.split(": ", 1)[1] for line in report] == [f"AM208 blocking {message}"]
 
 
@@ -166,7 +153,7 @@ def test_a_used_value_keeps_rank_zeros_meaning_in_any_expression() -> None:
         "def main():\n    return TorchDistributor(2).run(train)\n\n"
         "print((TorchDistributor(2).run(train)))\n"
     )
-    out, report = migrate(source)
+    out, report = migrate_text(source)
     assert "    return train.distributed()[0]\n" in out
     assert "print((train.distributed()[0]))\n" in out
     assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM202 review", "AM202 review"]
@@ -177,11 +164,11 @@ def test_a_local_distributor_is_followed_in_its_function() -> None:
         IMPORT + "\ndef train():\n    return 1\n\n"
         "def main():\n    d = TorchDistributor(2)\n    # the run\n    d.run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == (
+    expected = (
         "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "def main():\n    # the run\n    train.distributed()\n"
     )
+    report = check_transformed(source, expected)
     assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM205 change", "AM201 change"]
 
 
@@ -201,15 +188,13 @@ def test_a_local_distributor_is_followed_in_its_function() -> None:
 )
 def test_targets_that_are_not_one_plain_module_level_def_are_reported(definition: str, message: str) -> None:
     source = f"{IMPORT}\n{definition}\nTorchDistributor(2).run(train)\n"
-    out, report = migrate(source)
-    assert out == source
+    report = check_noop(source)
     assert [line.split(": ", 1)[1] for line in report] == [f"AM209 blocking {message}"]
 
 
 def test_a_function_passed_by_keyword_is_reported() -> None:
     source = f"{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor(2).run(train_object=train)\n"
-    out, report = migrate(source)
-    assert out == source
+    report = check_noop(source)
     assert report[0].endswith("AM209 blocking the function is passed by keyword or unpacked: pass it first, by "
                               "position")
 
@@ -219,16 +204,15 @@ def test_a_distributor_bound_twice_runs_its_last_binding_and_one_bound_under_an_
         f"{IMPORT}\ndef train():\n    return 1\n\n"
         "d = TorchDistributor(2)\nd = TorchDistributor(4)\nd.run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == (
+    expected = (
         f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=4, timeout=None)\n"
         "def train():\n    return 1\n\nd = TorchDistributor(2)\ntrain.distributed()\n"
     )
+    report = check_transformed(source, expected)
     assert "job.py:6:1: AM212 manual d = TorchDistributor(...) is never run in this file, so it is left as it is " \
            "(and so is its import): remove it if nothing else uses it" in report
     conditional = source.replace("d = TorchDistributor(4)\n", "if big:\n    d = TorchDistributor(4)\n")
-    out, report = migrate(conditional)
-    assert out == conditional
+    report = check_noop(conditional)
     assert report == ["job.py:9:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
                       "air-migrate cannot tell which distributor runs here: migrate it by hand"]
 
@@ -238,11 +222,11 @@ def test_a_distributor_never_run_is_kept_with_its_import_and_said_so() -> None:
         f"{IMPORT}\ndef train():\n    return 1\n\n"
         "spare = TorchDistributor(8)\nTorchDistributor(2).run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == (
+    expected = (
         f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\nspare = TorchDistributor(8)\ntrain.distributed()\n"
     )
+    report = check_transformed(source, expected)
     assert "job.py:6:1: AM212 manual spare = TorchDistributor(...) is never run in this file, so it is left as it is " \
            "(and so is its import): remove it if nothing else uses it" in report
 
@@ -256,14 +240,12 @@ def _notebook(*cells: str) -> str:
 
 def test_names_in_magics_count_as_uses_and_torch_distributor_in_a_magic_blocks() -> None:
     source = _notebook(IMPORT.strip(), "def train():\n    return 1", "%time TorchDistributor(2).run(train)")
-    out, report = migrate(source, "nb.ipynb")
-    assert out == source
+    report = check_noop(source, path="nb.ipynb")
     assert report == ["nb.ipynb:cell 3:1:1: AM215 blocking this magic line uses TorchDistributor, which air-migrate "
                       "cannot rewrite inside a magic: write it as plain Python (without the magic), then run "
                       "air-migrate again"]
     source = _notebook(IMPORT.strip(), "def train():\n    return 1", "%time train()", "TorchDistributor(2).run(train)")
-    out, report = migrate(source, "nb.ipynb")
-    assert out == source
+    report = check_noop(source, path="nb.ipynb")
     assert report == ["nb.ipynb:cell 2:1:5: AM211 blocking train also appears in a cell or magic air-migrate cannot "
                       "read, where the decorator could break it: check it, then migrate by hand"]
 
@@ -271,7 +253,7 @@ def test_names_in_magics_count_as_uses_and_torch_distributor_in_a_magic_blocks()
 def test_a_cell_in_another_language_that_mentions_torch_distributor_is_reported_and_blocks_nothing() -> None:
     source = _notebook("%%bash\ngrep -r TorchDistributor .", IMPORT.strip(), "def train():\n    return 1",
                        "TorchDistributor(2).run(train)")
-    out, report = migrate(source, "nb.ipynb")
+    out, report = migrate_text(source, "nb.ipynb")
     assert out != source and "pyspark" not in out
     assert report[0] == ("nb.ipynb:cell 1:1:1: AM215 manual this %%bash cell mentions TorchDistributor; air-migrate "
                          "does not read other languages: check it by hand")
@@ -288,11 +270,9 @@ def test_statements_that_go_leave_their_comments_and_a_valid_block() -> None:
         "else:\n    d2 = TorchDistributor(1); print('one')\n"
         "d.run(train)\nd2.run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == source  # two settings for one function
+    report = check_noop(source)  # two settings for one function
     source = source.replace("d2.run(train)\n", "")
-    out, report = migrate(source.replace("TorchDistributor(1)", "TorchDistributor(2)"))
-    assert out == (  # d2 is never run, so the old import stays, and the new one joins it
+    expected = (  # d2 is never run, so the old import stays, and the new one joins it
         "import os; from pyspark.ml.torch.distributor import TorchDistributor; import sys\n"
         "from databricks.air import distributed\n\n"
         "@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
@@ -300,17 +280,18 @@ def test_statements_that_go_leave_their_comments_and_a_valid_block() -> None:
         "else:\n    d2 = TorchDistributor(2); print('one')\n"
         "train.distributed()\n"
     )
+    report = check_transformed(source.replace("TorchDistributor(1)", "TorchDistributor(2)"), expected)
     assert "job.py:10:5: AM212 manual d2 = TorchDistributor(...) is never run in this file, so it is left as it is " \
            "(and so is its import): remove it if nothing else uses it" in report
 
 
 def test_the_import_replaces_the_old_one_in_place_keeping_its_comment_and_line_endings() -> None:
     source = (IMPORT.rstrip("\n") + "  # launcher\n\ndef train():\n    return 1\n\nTorchDistributor().run(train)\n")
-    out, _ = migrate(source.replace("\n", "\r\n"))
-    assert out == (
+    expected = (
         "from databricks.air import distributed  # launcher\r\n\r\n@distributed(num_accelerators=1, timeout=None)\r\n"
         "def train():\r\n    return 1\r\n\r\ntrain.distributed()\r\n"
     )
+    check_transformed(source.replace("\n", "\r\n"), expected)
 
 
 def test_an_existing_decorator_import_is_reused_under_its_own_name() -> None:
@@ -318,11 +299,11 @@ def test_an_existing_decorator_import_is_reused_under_its_own_name() -> None:
         "from databricks.air import distributed as launch\n" + IMPORT +
         "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     )
-    out, report = migrate(source)
-    assert out == (
+    expected = (
         "from databricks.air import distributed as launch\n\n@launch(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\ntrain.distributed()\n"
     )
+    report = check_transformed(source, expected)
     assert codes(report) == ["AM204 change", "AM201 change", "AM218 review", "AM201 change"]
 
 
@@ -331,11 +312,11 @@ def test_a_serverless_gpu_import_is_migrated_and_reused_in_the_same_run() -> Non
         "from serverless_gpu import distributed\n" + IMPORT +
         "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     )
-    out, _ = migrate(source)
-    assert out == (
+    expected = (
         "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\ntrain.distributed()\n"
     )
+    check_transformed(source, expected)
 
 
 def test_the_import_is_bound_again_after_each_restart_for_each_function() -> None:
@@ -347,8 +328,7 @@ def test_the_import_is_bound_again_after_each_restart_for_each_function() -> Non
         "# COMMAND ----------\n\n"
         "TorchDistributor(2).run(train)\nTorchDistributor(2).run(evaluate)\n"
     )
-    out, _ = migrate(source)
-    assert out == (
+    expected = (
         "# Databricks notebook source\nfrom databricks.air import distributed\n\n"
         "@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
@@ -357,6 +337,7 @@ def test_the_import_is_bound_again_after_each_restart_for_each_function() -> Non
         "# COMMAND ----------\n\n"
         "train.distributed()\nevaluate.distributed()\n"
     )
+    check_transformed(source, expected)
 
 
 # --- with the rest of the tool ----------------------------------------------------------------------------------------
@@ -364,20 +345,20 @@ def test_the_import_is_bound_again_after_each_restart_for_each_function() -> Non
 
 def test_todo_comments_mark_what_blocks_and_nothing_else_changes() -> None:
     source = f"{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor(2, False).run(train)\n"
-    out, _ = migrate(source, todo_comments=True)
-    assert out == source.replace(
+    expected = source.replace(
         "TorchDistributor(2, False)",
         "# TODO(air-migrate AM207): local_mode=False runs the ranks on the Spark cluster's workers, several nodes: "
         "@distributed runs on this node only; for several nodes use @distributed(remote=True, num_accelerators=N, "
         "accelerator_type=...) on a Ray cluster (see the scaling guide), or keep TorchDistributor\n"
         "TorchDistributor(2, False)",
     )
-    assert migrate(out, todo_comments=True)[0] == out  # never twice
+    check_transformed(source, expected, todo_comments=True)
+    check_noop(expected, todo_comments=True)  # never twice
 
 
 def test_insertions_are_reported_with_what_they_add() -> None:
     source = f"def train():\n    return 1\n\n{IMPORT}TorchDistributor(use_gpu=False).run(train)\n"
-    result = migrate_file("job.py", source.encode(), RULES)
+    result = migrate_result(source)
     found = {(r.code, r.line, r.column, r.before, r.after, r.severity) for r in result.records}
     assert found == {
         ("AM201", 1, 1, "", '@distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)', "change"),
@@ -401,8 +382,7 @@ def test_an_aliased_decorator_import_is_bound_again_after_a_restart_from_databri
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
         "def evaluate():\n    return 2\n\nTorchDistributor(2).run(train)\nTorchDistributor(2).run(evaluate)\n"
     )
-    out, _ = migrate(source)
-    assert out == (
+    expected = (
         "# Databricks notebook source\nimport databricks.air as sg\n"
         "\n@sg.distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
@@ -410,3 +390,4 @@ def test_an_aliased_decorator_import_is_bound_again_after_a_restart_from_databri
         "@sg.distributed(num_accelerators=2, timeout=None)\ndef evaluate():\n    return 2\n\n"
         "train.distributed()\nevaluate.distributed()\n"
     )
+    check_transformed(source, expected)

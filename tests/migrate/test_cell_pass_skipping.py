@@ -83,7 +83,7 @@ def test_one_rule_that_needs_everything_makes_every_statement_traversed() -> Non
 def test_an_aliased_launcher_is_found_in_a_statement_that_never_spells_a_trigger_word() -> None:
     source = "from serverless_gpu import distributed as launch\n" + PLAIN + "@launch(**options)\ndef f(): ...\n"
     result = migrate_file("job.py", source.encode(), RULES)
-    assert [(r.line, r.code, r.blocking) for r in result.records if r.code == "AM102"] == [(7, "AM102", True)]
+    assert [(r.line, r.code, r.severity) for r in result.records if r.code == "AM102"] == [(7, "AM102", "blocking")]
 
 
 class _SeesEverything(Rule):

@@ -13,17 +13,18 @@ from cli_fixtures import BLOCKED, CLEAN, DATABRICKS, MANUAL, NOT_UTF8, NOT_UTF8_
 from air_migrate.cli import main
 from air_migrate.report import record_line
 from air_migrate.results import Record
+from air_migrate.rule_base import Severity
 
 LINE = re.compile(r"^(?P<path>[^:]+)(?::cell (?P<cell>\d+))?:(?P<line>\d+):(?P<col>\d+): (?P<code>AM\d{3}) "
                   r"(?P<severity>change|review|manual|blocking) (?P<message>.+)$")
 
 
-def test_severity_words_come_from_the_record_flags() -> None:
+def test_severity_words_come_from_the_records_severity() -> None:
     base = dict(path="nb.ipynb", cell=3, line=2, column=5, code="AM101", message="m")
     assert record_line(Record(**base)) == "nb.ipynb:cell 3:2:5: AM101 change m"
-    assert record_line(Record(**base, review=True)) == "nb.ipynb:cell 3:2:5: AM101 review m"
-    assert record_line(Record(**base, attention=True)) == "nb.ipynb:cell 3:2:5: AM101 manual m"
-    assert record_line(Record(**base, attention=True, blocking=True)) == "nb.ipynb:cell 3:2:5: AM101 blocking m"
+    assert record_line(Record(**base, severity=Severity.REVIEW)) == "nb.ipynb:cell 3:2:5: AM101 review m"
+    assert record_line(Record(**base, severity=Severity.MANUAL)) == "nb.ipynb:cell 3:2:5: AM101 manual m"
+    assert record_line(Record(**base, severity=Severity.BLOCKING)) == "nb.ipynb:cell 3:2:5: AM101 blocking m"
     assert str(Record(**{**base, "cell": None})) == "nb.ipynb:2:5: AM101 change m"
 
 

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import libcst
 
+from air_migrate.rule_base import Severity
 from air_migrate.rules.torch_distributor.config import NAME_ALL_GPUS as ALL_GPUS_NAME, Reading
 
 Where = Tuple[int, int, int]
@@ -150,8 +151,8 @@ class Reference:
     node: libcst.CSTNode
     code: str
     message: str
-    info: bool = False
-    """A note, nothing to do (a class that subclasses ``TorchDistributor`` defines, it does not use)."""
+    severity: Severity = Severity.BLOCKING
+    """``info`` for a note, nothing to do (a class that subclasses ``TorchDistributor`` defines, it does not use)."""
 
 
 @dataclasses.dataclass

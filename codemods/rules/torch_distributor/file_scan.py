@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from air_migrate.rules.torch_distributor.codes import WRITEFILE
 from air_migrate.rules.torch_distributor.facts import Where
-from air_migrate.rule_base import FileScan, Finding
+from air_migrate.rule_base import FileScan, Finding, Severity
 from air_migrate.sources import SourceFile
 
 WORD = "TorchDistributor"
@@ -168,26 +168,29 @@ def _unread_mentions(text: Optional[str], masks: Dict[str, str], lines: List[str
         for magic in masks.values():
             if WORD in magic:
                 index = next(i for i, line in enumerate(lines, start=1) if magic in line)
-                yield Finding(WRITEFILE, index, lines[index - 1].index(magic) + 1,
-                              "this magic line uses TorchDistributor, which air-migrate cannot rewrite inside a "
-                              "magic: write it as plain Python (without the magic), then run air-migrate again",
-                              attention=True, blocking=True)
+                yield Finding(code=WRITEFILE, line=index, column=lines[index - 1].index(magic) + 1,
+                              message="this magic line uses TorchDistributor, which air-migrate cannot rewrite inside "
+                              "a magic: write it as plain Python (without the magic), then run air-migrate again",
+                              severity=Severity.BLOCKING)
         return
     index, line = next(((i, line) for i, line in enumerate(lines, start=1)
                         if line.strip() and not line.startswith("# DBTITLE")), (1, ""))
     language = _CELL_LANGUAGE.match(line.strip())
     column = len(line) - len(line.lstrip()) + 1
     if _WRITEFILE.match(line):
-        yield Finding(WRITEFILE, index, _WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
-                      "this %%writefile cell writes a script that uses TorchDistributor; scripts run with torchrun "
-                      "and have no decorator form, so air-migrate leaves it: move the training code into a function "
-                      "of this notebook decorated with @distributed(...), or migrate the script by hand",
-                      attention=True, blocking=True)
+        yield Finding(code=WRITEFILE, line=index,
+                      column=_WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
+                      message="this %%writefile cell writes a script that uses TorchDistributor; scripts run with "
+                      "torchrun and have no decorator form, so air-migrate leaves it: move the training code into a "
+                      "function of this notebook decorated with @distributed(...), or migrate the script by hand",
+                      severity=Severity.BLOCKING)
     elif language is not None and language.group("magic") in _OTHER_LANGUAGES:
         shown = re.sub(r"^# MAGIC[ \t]*", "", line.strip()).split()[0]
-        yield Finding(WRITEFILE, index, column, f"this {shown} cell mentions TorchDistributor; air-migrate does not "
-                      "read other languages: check it by hand", attention=True)
+        yield Finding(code=WRITEFILE, line=index, column=column,
+                      message=f"this {shown} cell mentions TorchDistributor; air-migrate does not read other "
+                      "languages: check it by hand", severity=Severity.MANUAL)
     else:
-        yield Finding(WRITEFILE, index, column, "this cell mentions TorchDistributor but air-migrate cannot read it "
-                      "(a magic over several lines?), and the rest of the notebook cannot be migrated around it: "
-                      "write it as plain Python, then run air-migrate again", attention=True, blocking=True)
+        yield Finding(code=WRITEFILE, line=index, column=column,
+                      message="this cell mentions TorchDistributor but air-migrate cannot read it (a magic over "
+                      "several lines?), and the rest of the notebook cannot be migrated around it: write it as plain "
+                      "Python, then run air-migrate again", severity=Severity.BLOCKING)

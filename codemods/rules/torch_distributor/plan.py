@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst
 
+from air_migrate.rule_base import Severity
 from air_migrate.rules.torch_distributor.codes import (
     CONFIGURATIONS,
     DATAFRAME,
@@ -67,13 +68,12 @@ _TORCH_DISTRIBUTOR_IMPORTS = frozenset({TORCH_DISTRIBUTOR, TORCH_DISTRIBUTOR.rsp
 
 @dataclasses.dataclass(frozen=True)
 class Note:
-    """A report line to make at a node: something a person must do (``blocking`` keeps the file as it is)."""
+    """A report line to make at a node: something a person must do (``blocking`` keeps the file as it is), or a note
+    that needs nothing done (``info``: it never fails ``--check``)."""
 
     code: str
     message: str
-    blocking: bool = True
-    info: bool = False
-    """A note that needs nothing done (never fails ``--check``)."""
+    severity: Severity = Severity.BLOCKING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +122,10 @@ class Plan:
         kept = self.comments.setdefault(function, [])
         kept.extend(comment for comment in comments if comment not in kept)
 
-    def note(self, node: libcst.CSTNode, code: str, message: str, blocking: bool = True, info: bool = False) -> None:
+    def note(self, node: libcst.CSTNode, code: str, message: str, severity: Severity = Severity.BLOCKING) -> None:
         notes = self.notes.setdefault(node, [])
         if all(note.message != message for note in notes):
-            notes.append(Note(code, message, blocking and not info, info))
+            notes.append(Note(code, message, severity))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +180,7 @@ class _Planner:
 
     def decide(self) -> Plan:
         for reference in self.facts.references:
-            self.plan.note(reference.node, reference.code, reference.message, info=reference.info)
+            self.plan.note(reference.node, reference.code, reference.message, reference.severity)
         self._note_unresolved_class()
         for construction in self.facts.constructions:
             self._read_construction(construction)
@@ -212,7 +212,7 @@ class _Planner:
         for use in self.facts.uses.get(var, []):
             self.plan.note(use.node, DISTRIBUTOR_USED, "TorchDistributor is not imported in this file (a %run "
                            "notebook or a cell air-migrate cannot read?), so it is left as it is: import it from "
-                           "pyspark.ml.torch.distributor here and run air-migrate again", blocking=False)
+                           "pyspark.ml.torch.distributor here and run air-migrate again", severity=Severity.MANUAL)
 
     def _read_construction(self, construction: Construction) -> None:
         pending = construction.reading.count_name
@@ -259,7 +259,7 @@ class _Planner:
             if not uses and construction.assign is not None:
                 self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never "
                                "run in this file, so it is left as it is (and so is its import): remove it if nothing "
-                               "else uses it", blocking=False)
+                               "else uses it", severity=Severity.MANUAL)
             for use in uses:
                 if use.method is not None:
                     self._read_method(use.method, construction, var)
@@ -471,7 +471,7 @@ class _Planner:
             if construction not in removable:
                 self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} also appears in a cell or magic "
                                "air-migrate cannot read, so it is left as it is (and so is its import): remove it "
-                               "if nothing there uses it", blocking=False)
+                               "if nothing there uses it", severity=Severity.MANUAL)
                 continue
             self.plan.removed[construction.assign] = var.name
             consumed.add(construction)

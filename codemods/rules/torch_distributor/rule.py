@@ -39,7 +39,7 @@ from typing import Collection, Dict, List, Optional, Sequence, Set, Union
 import libcst
 from libcst.metadata import ParentNodeProvider, PositionProvider, ScopeProvider
 
-from air_migrate.rule_base import STATEMENTS, CellContext, FileScan, Finding, Rule, register
+from air_migrate.rule_base import STATEMENTS, CellContext, FileScan, Finding, Rule, Severity, register
 from air_migrate.rules.torch_distributor.codes import (
     CPU,
     DESCRIPTIONS,
@@ -121,17 +121,14 @@ class TorchDistributorRule(Rule):
         wanted = super().on_visit(node)
         if self._plan is not None:
             for note in self._plan.notes.get(node, ()):
-                if note.info:
-                    self.report(node, note.message, info=True, code=note.code)
-                else:
-                    self.report(node, note.message, attention=True, blocking=note.blocking, code=note.code)
+                self.report(node, note.message, severity=note.severity, code=note.code)
             functions = self._plan.cpu.get(node)  # type: ignore[call-overload]
             if functions is not None:
                 assert isinstance(node, libcst.Arg)
                 self._add(node, CPU, f'use_gpu=False -> accelerator_type="CPU" on the decorator of {functions}: CPU '
                           "ranks (over gloo) are an extension of this open runtime; on Databricks, drop it to run "
                           "on the GPUs", _source(self.module, node.with_changes(comma=libcst.MaybeSentinel.DEFAULT)),
-                          'accelerator_type="CPU"', review=True)
+                          'accelerator_type="CPU"', severity=Severity.REVIEW)
         return wanted
 
     def on_leave(  # type: ignore[override]  # (libcst types it as giving the node's own type: leave_* may not)
@@ -164,7 +161,7 @@ class TorchDistributorRule(Rule):
             lpar=call.lpar, rpar=call.rpar,
         )
         self.report(original_node, f"{old} -> {new}[0]: run returned rank 0's value, .distributed() returns every "
-                    "rank's in rank order, so [0] keeps it; check the code that uses it", review=True,
+                    "rank's in rank order, so [0] keeps it; check the code that uses it", severity=Severity.REVIEW,
                     code=RANK_ZERO, after=indexed)
         return indexed
 
@@ -182,7 +179,7 @@ class TorchDistributorRule(Rule):
         self._add(first, NO_TIME_LIMIT, f"timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
                   f"it, @distributed stops a call after 3 hours (timeout=10800 s) and raises "
                   f"LocalExecutionTimeoutError; to cap {name}, write timeout=SECONDS, the longest run you expect with "
-                  f"a margin", None, None, review=True, at_start=True)
+                  f"a margin", None, None, severity=Severity.REVIEW, at_start=True)
         new = libcst.Decorator(libcst.parse_expression(decorator), leading_lines=comment_lines(comments))
         function = updated_node.with_changes(decorators=[new, *updated_node.decorators])
         statement = self._plan.before.get(original_node) if self._plan is not None else None
@@ -353,14 +350,15 @@ class TorchDistributorRule(Rule):
 
     def _add(
         self, node: libcst.CSTNode, code: str, message: str, before: Optional[str], after: Optional[str],
-        review: bool = False, at_start: bool = False,
+        severity: Severity = Severity.CHANGE, at_start: bool = False,
     ) -> None:
         """Report a change whose before/after is not the node's own source (an insertion, or part of a node); with
         neither, a word about a change reported on its own."""
         where = self.get_metadata(PositionProvider, node)
         end = where.start if at_start else where.end
-        self.findings.append(Finding(code, where.start.line, where.start.column + 1, message, review=review,
-                                     end_line=end.line, end_column=end.column + 1, before=before, after=after))
+        self.findings.append(Finding(code=code, line=where.start.line, column=where.start.column + 1, message=message,
+                                     severity=severity, end_line=end.line, end_column=end.column + 1, before=before,
+                                     after=after))
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ from libcst.metadata import Assignment, GlobalScope, PositionProvider, ScopeProv
 
 from air_migrate.rules.torch_distributor.codes import SPARK_SETUP
 from air_migrate.rules.torch_distributor.file_scan import uses_torch_distributor
-from air_migrate.rule_base import CellContext, FileScan, Rule, register
+from air_migrate.rule_base import CellContext, FileScan, Rule, Severity, register
 from air_migrate.rules.targets import qualified_names
 from air_migrate.sources import SourceFile
 
@@ -92,11 +92,11 @@ class SparkSetupRule(Rule):
         if self._builds_session(node):
             self.report(node, "Spark session setup: @distributed needs no Spark session, so this is only needed if "
                         "other code here uses Spark; it is left as it is: remove it if nothing else does",
-                        attention=True, lasting=True)
+                        severity=Severity.MANUAL, lasting=True)
         elif self._sets_conf(node):
             self.report(node, "Spark configuration: it configures the Spark session TorchDistributor ran on, which "
                         "@distributed does not use; it is left as it is: remove it if nothing else here uses Spark",
-                        attention=True, lasting=True)
+                        severity=Severity.MANUAL, lasting=True)
 
     def _builds_session(self, node: libcst.BaseExpression) -> bool:
         """``SparkSession.builder[...].getOrCreate()``, or ``builder[...].getOrCreate()`` on a builder variable."""

@@ -61,7 +61,7 @@ from air_migrate.rules.torch_distributor.facts import (
     Var,
     Where,
 )
-from air_migrate.rule_base import Rule
+from air_migrate.rule_base import Rule, Severity
 from air_migrate.rules.targets import qualified_names
 
 METHODS = (RUN, TRAIN_ON_DATAFRAME)
@@ -152,7 +152,7 @@ class CellSurvey:
             subclass = self._parent(parent).name.value  # type: ignore[union-attr]
             self._refer(node, DISTRIBUTOR_USED, f"{subclass} subclasses {shown}: a class definition is not a run, so "
                         f"it is left as it is (and so is the import it needs); runs of {subclass} are not rewritten",
-                        info=True)
+                        severity=Severity.INFO)
         else:
             self._refer(node, DISTRIBUTOR_USED, f"{shown} is used here other than as {shown}(...).run(fn, ...), "
                                                 "which air-migrate cannot rewrite: migrate it by hand")
@@ -177,8 +177,8 @@ class CellSurvey:
                 if construction.holder.scope is not None:
                     self._locals[construction.holder] = None  # surveyed once every constructor call is known
 
-    def _refer(self, node: libcst.CSTNode, code: str, message: str, info: bool = False) -> None:
-        self._facts.references.append(Reference(node, code, message, info))
+    def _refer(self, node: libcst.CSTNode, code: str, message: str, severity: Severity = Severity.BLOCKING) -> None:
+        self._facts.references.append(Reference(node, code, message, severity))
 
     def _read_count_name(self, name: libcst.Name) -> CountValue:
         """What a name given as the count is: for a local, the integer or ``torch.cuda.device_count()`` every

@@ -5,12 +5,13 @@ hand a prepared run over (:meth:`Backend.start`), ask it to stop (:meth:`Backend
 registry's state up to date for readers (:meth:`Backend.reconcile`, :meth:`Backend.following`). The CLI knows
 nothing of processes; a backend knows nothing of argument parsing.
 
-:class:`NodeLauncher` is what the backend-independent :class:`~..supervisor.Supervisor` (retries, timeout, cancel,
-MLflow runs, alerts, state) uses to run one attempt: reserve the attempt's nodes (:meth:`NodeLauncher.reserve`),
-learn node 0's address and a port free there, start the command once per node, each with its own environment and
-output sink, then wait on the :class:`NodeGroup` or stop it, and close it. The local backend's launcher runs one
-keeper process (:mod:`.keeper`) on this machine; the Ray backend's (:mod:`.ray_nodes`) reserves a placement group
-of one bundle per node and runs a keeper on each, from a supervisor that runs as the Ray job's entrypoint.
+:class:`NodeLauncher` is what the backend-independent :class:`~..supervisor.WorkloadSupervisor` (retries, timeout,
+cancel, MLflow runs, alerts, state) uses to run one attempt: reserve the attempt's nodes
+(:meth:`NodeLauncher.reserve`), learn node 0's address and a port free there, start the command once per node, each
+with its own environment and output sink, then wait on the :class:`NodeGroup` or stop it, and close it. The local
+backend's launcher runs one keeper process (:mod:`.keeper`) on this machine; the Ray backend's (:mod:`.ray_nodes`)
+reserves a placement group of one bundle per node and runs a keeper on each, from a supervisor that runs as the Ray
+job's entrypoint.
 """
 
 from __future__ import annotations

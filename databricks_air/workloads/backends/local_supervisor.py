@@ -50,11 +50,11 @@ def main(run_folder: str) -> int:
     from databricks.air._engine.processes import become_subreaper
     from databricks.air.workloads.backends.local_nodes import LocalNodes
     from databricks.air.workloads.registry import RunFolder
-    from databricks.air.workloads.supervisor import Supervisor
+    from databricks.air.workloads.supervisor import WorkloadSupervisor
 
     adopts_orphans = become_subreaper()
     folder = RunFolder(run_folder, int(os.path.basename(run_folder.rstrip(os.sep))))
-    status = Supervisor(folder, LocalNodes(adopts_orphans), wake=wake).run()
+    status = WorkloadSupervisor(folder, LocalNodes(adopts_orphans), wake=wake).run()
     folder.release_reserve()  # the run's end is recorded (or could not be): the room is no longer needed
     print(f"air: run {folder.run_id} ended {status}", file=sys.stderr, flush=True)
     return 0

@@ -89,7 +89,7 @@ class NodeHost:
             if dependencies:
                 environments.PreparedEnvironment(sys.prefix, reused=True).apply(base)
                 self._say(f"[air] environment.dependencies: Ray's runtime environment {sys.prefix}\n")
-            status = self._keep(script, cwd, variables.environ(base), grace)
+            status = self._run_under_keeper(script, cwd, variables.environ(base), grace)
         except BaseException as error:  # noqa: BLE001 - reported as the node's failure, with its reason
             self._say(f"[air] the node could not run the command: {type(error).__name__}: {error}\n")
             status = 1 if status is None or status == 0 else status
@@ -98,7 +98,7 @@ class NodeHost:
                 self._status = 128 + signal.SIGTERM if status is None else status
                 self._lock.notify_all()
 
-    def _keep(self, script: str, cwd: str, environ: Dict[str, str], grace: float) -> int:
+    def _run_under_keeper(self, script: str, cwd: str, environ: Dict[str, str], grace: float) -> int:
         """Run ``bash -euo pipefail script`` under a keeper, its output into the buffer; its exit status."""
         with self._lock:
             if self._stopping:

@@ -2,7 +2,7 @@
 
 It runs in the job's working directory (:mod:`.ray_package`), on the node where Ray runs job drivers, and owns the
 run from there to its end, whatever happens to the machine that submitted it: the same
-:class:`~..supervisor.Supervisor` as on this machine (retries, timeouts, MLflow runs, alerts), its nodes from
+:class:`~..supervisor.WorkloadSupervisor` as on this machine (retries, timeouts, MLflow runs, alerts), its nodes from
 :class:`~.ray_nodes.RayNodes`, its run folder the working directory, every state and every line of output also
 written to the job's log as frames (:mod:`.ray_report`) for the submitting machine's registry. It first reads and
 removes the run's private file (the secrets' values). SIGTERM (``air cancel``, ``ray job stop``) stops the run:
@@ -82,14 +82,14 @@ def _supervise(folder: ReportingRunFolder, spec: RunSpec, root: str, secrets: Di
                wake: threading.Event, reporter: Reporter) -> str:
     from databricks.air._ray import session
     from databricks.air.workloads.backends.ray_nodes import RayNodes
-    from databricks.air.workloads.supervisor import Supervisor
+    from databricks.air.workloads.supervisor import WorkloadSupervisor
 
     ray = session.connect_job_driver(log_to_driver=False)  # the nodes' output comes through their hosts
     _stop_on_sigterm(wake)  # ray.init put its own handler in place, which exits at once, leaving every node running
     try:
         launcher = RayNodes(root, spec.accelerator_type, name=f"air-run-{spec.run_id}")
-        supervisor = Supervisor(folder, launcher, environ={**os.environ, **secret_variables(spec, secrets)},
-                                wake=wake, woken_reason=STOPPED_REASON, echo=reporter.node_output)
+        supervisor = WorkloadSupervisor(folder, launcher, environ={**os.environ, **secret_variables(spec, secrets)},
+                                        wake=wake, woken_reason=STOPPED_REASON, echo=reporter.node_output)
         return supervisor.run()
     finally:
         ray.shutdown()
