@@ -159,7 +159,7 @@ class MetricBuffer:
 
 def _new_future() -> "Future[None]":
     # Imported here, not at the top: the caller imports this module, and a script's own concurrent.py in its folder
-    # must not be imported before any rank starts (tests/test_lifecycle.py).
+    # must not be imported before any rank starts (tests/engine/test_lifecycle.py).
     from concurrent.futures import Future
 
     return Future()

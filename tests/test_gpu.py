@@ -76,7 +76,7 @@ def test_the_attached_gpu_is_detected_by_name() -> None:
 
 
 def test_ddp_example_on_every_gpu(tmp_path) -> None:
-    from test_frameworks import assert_converged_and_agree, run_example
+    from example_support import assert_converged_and_agree, run_example
 
     results = run_example("train_ddp", tmp_path, gpus=compute.attached_gpu_count())
     assert_converged_and_agree(results)
@@ -84,7 +84,7 @@ def test_ddp_example_on_every_gpu(tmp_path) -> None:
 
 
 def test_fsdp_example_on_every_gpu_shards_and_restores(tmp_path) -> None:
-    from test_frameworks import assert_converged_and_agree, run_example
+    from example_support import assert_converged_and_agree, run_example
 
     count = compute.attached_gpu_count()
     results = run_example("train_fsdp", tmp_path, gpus=count)
@@ -97,7 +97,7 @@ def test_fsdp_example_on_every_gpu_shards_and_restores(tmp_path) -> None:
 
 def test_deepspeed_example_on_every_gpu(tmp_path) -> None:
     pytest.importorskip("deepspeed")
-    from test_frameworks import assert_converged_and_agree, run_example
+    from example_support import assert_converged_and_agree, run_example
 
     results = run_example("train_deepspeed", tmp_path, gpus=compute.attached_gpu_count())
     assert_converged_and_agree(results)

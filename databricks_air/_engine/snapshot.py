@@ -141,7 +141,7 @@ def _in_parallel(targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], An
                  name: str) -> Dict[int, Any]:
     """``ask(target)`` for every target at once, each on a daemon thread; by rank, what each returned or raised by
     ``deadline`` (``time.monotonic()``). Plain threads, not ``concurrent.futures``: this runs in the caller, whose
-    working directory may hold a user's ``concurrent.py`` (see tests/test_lifecycle.py)."""
+    working directory may hold a user's ``concurrent.py`` (see tests/engine/test_lifecycle.py)."""
     answers: Dict[int, Any] = {}
 
     def run(target: ProbeTarget) -> None:

@@ -5,7 +5,7 @@ a later cell, ``TorchDistributor(num_processes=2, use_gpu=False).run(train, ...)
 not installed here, so only the migrated notebook can run: it must hold no pyspark left, run its function on 2 CPU
 ranks over gloo through ``@distributed``, and give the cell the value ``run`` gave, rank 0's.
 
-The kernel is run as ``tests/test_notebook.py`` runs it (its fixtures and helpers, reused).
+The kernel is run as ``tests/launcher/test_notebook.py`` runs it, with the helpers of ``tests/kernel_support.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from air_migrate.cli import main
 from process_helpers import processes_with_marker, wait_until
-from test_notebook import kernel_env, kernel_specs, marker, notebook_client, texts  # noqa: F401 (fixtures)
+from kernel_support import kernel_env, kernel_specs, marker, notebook_client, texts  # noqa: F401 (fixtures)
 
 CELLS = [
     """

@@ -207,7 +207,7 @@ def test_the_timeout_names_the_rank_behind_and_where_it_is(marks: Path) -> None:
     assert "rank 1: running its own code (1 collective completed)" in rank1
     assert rank1.rstrip().endswith(f"test_hang.py:{SLEEP}: time.sleep(seconds)")
     assert ("Rank 1 is behind: it completed 1 collective of the default group and is in time.sleep at "
-            f"tests/test_hang.py:{SLEEP}, while rank 0 waits in all_reduce #2 of the default group") in message
+            f"tests/engine/test_hang.py:{SLEEP}, while rank 0 waits in all_reduce #2 of the default group") in message
     folder = _snapshot_folder(message)
     assert sorted(p.name for p in folder.iterdir()) == ["rank_0.txt", "rank_1.txt", "summary.txt", "suspects.json"]
     assert "time.sleep(seconds)" in (folder / "rank_1.txt").read_text()
@@ -222,7 +222,7 @@ def test_an_interrupt_prints_the_report_before_it_propagates(marks: Path, capfd:
         call.distributed(str(marks))
     err = capfd.readouterr().err
     assert "databricks.air: interrupted. Where the ranks were:" in err
-    assert "Rank 1 is behind" in err and f"time.sleep at tests/test_hang.py:{SLEEP}" in err
+    assert "Rank 1 is behind" in err and f"time.sleep at tests/engine/test_hang.py:{SLEEP}" in err
     assert _ranks_gone(marks)
 
 
@@ -237,7 +237,7 @@ def test_a_rank_holding_the_gil_is_placed_by_its_stack(marks: Path) -> None:
     folder = next(Path(os.environ["DATABRICKS_AIR_LOG_DIR"]).glob("*/snapshot"))
     summary = (folder / "summary.txt").read_text()
     assert "rank 1: running, not answering its probe (holding the GIL?)" in summary
-    assert "is in re.match at tests/test_hang.py" in summary
+    assert "is in re.match at tests/engine/test_hang.py" in summary
     assert "probe: no answer within" in summary  # the source that failed, with its reason
     assert _ranks_gone(marks)
 
@@ -249,7 +249,7 @@ def test_a_rank_that_never_calls_init_process_group(marks: Path) -> None:
         call.distributed(str(marks))
     summary = (next(Path(os.environ["DATABRICKS_AIR_LOG_DIR"]).glob("*/snapshot")) / "summary.txt").read_text()
     assert "rank 0: waiting in init_process_group (for the other ranks to join)" in summary
-    assert "Rank 1 never joined the process group: rank 1 is in time.sleep at tests/test_hang.py" in summary
+    assert "Rank 1 never joined the process group: rank 1 is in time.sleep at tests/engine/test_hang.py" in summary
 
 
 def test_mismatched_collectives_are_named(marks: Path) -> None:

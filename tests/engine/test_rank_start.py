@@ -26,7 +26,7 @@ import pytest
 
 from databricks.air import distributed
 from process_helpers import processes_with_marker, wait_until
-from test_notebook import kernel_env, kernel_specs, notebook_client, texts, write_notebook  # noqa: F401 (a fixture)
+from kernel_support import kernel_env, kernel_specs, notebook_client, texts, write_notebook  # noqa: F401 (a fixture)
 
 cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=180)
 

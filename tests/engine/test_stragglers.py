@@ -130,7 +130,7 @@ def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
     sleep = _line(slow_rank_1, "time.sleep(0.2)")
     assert warning.startswith("databricks.air: rank 1 is a straggler: last into 100 % of "), warning
     assert " all_reduces, 0.2" in warning and " s late (median); the others wait for it " in warning
-    assert warning.endswith(f"Where it was: tests/test_stragglers.py:{sleep} (time.sleep); not in our DataLoader.")
+    assert warning.endswith(f"Where it was: tests/engine/test_stragglers.py:{sleep} (time.sleep); not in our DataLoader.")
     closing = next(line for line in err.splitlines() if " finished in " in line)
     assert closing.endswith("; rank 1 was a straggler (last into 100 % of all_reduces, 0.20 s late)"), closing
 
@@ -161,8 +161,8 @@ def test_a_rank_slow_in_our_data_loader_is_waiting_for_data(tmp_path: Path, capf
     (warning,) = _warnings(capfd.readouterr().err)
     asks = _line(slow_data_on_rank_1, "for batch in loader")
     sleep = _line(SlowReads.__getitem__, "time.sleep(0.2)")
-    assert (f"Where it was: tests/test_stragglers.py:{asks} (dataloader next: time.sleep at "
-            f"tests/test_stragglers.py:{sleep}); waiting for data 0.2") in warning, warning
+    assert (f"Where it was: tests/engine/test_stragglers.py:{asks} (dataloader next: time.sleep at "
+            f"tests/engine/test_stragglers.py:{sleep}); waiting for data 0.2") in warning, warning
     assert warning.endswith(" s per step.")
 
 
