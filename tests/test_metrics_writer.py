@@ -1,4 +1,4 @@
-"""The call's metrics writer (``metrics_writer.py``) with real sockets: batches handed over, put together, flushed,
+"""The call's metrics writer (``_tracking/writer.py``) with real sockets: batches handed over, put together, flushed,
 kept when the store fails, and a rank that cannot reach it writes itself."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Iterator, List, Tuple
 
 import pytest
 
-from databricks.air.metrics_writer import MetricsWriter, RankSender
+from databricks.air._tracking.writer import MetricsWriter, RankSender
 
 pytest.importorskip("mlflow")
 from mlflow.entities import Metric  # noqa: E402

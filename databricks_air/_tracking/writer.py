@@ -12,7 +12,7 @@ A rank sends each batch (``(key, value, timestamp, step)`` tuples) over a Unix s
 answers ``b"+"`` at once: from then on the batch is the caller's, written before the call ends its run. A batch
 sent by a flush (``mlflow.flush_async_logging()``, the rank's end) is answered only once it and everything before it
 are in the store, or with ``b"-"`` and the error, so that the rank keeps it and says why
-(:mod:`databricks.air.rank_metrics`).
+(:mod:`databricks.air._tracking.rank_buffer`).
 
 The writer puts the ranks' batches together and writes 1,000 points a ``log_batch`` (MLflow's limit): when 1,000
 wait, when a rank flushes, when the oldest has waited ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` times 5 (5 s by
@@ -44,8 +44,8 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Callable, List, Optional, Tuple
 
 from databricks.air import _variables
-from databricks.air.rank_metrics import BATCH as _BATCH
-from databricks.air.rank_metrics import attempt, buffering_seconds
+from databricks.air._tracking.rank_buffer import BATCH as _BATCH
+from databricks.air._tracking.rank_buffer import attempt, buffering_seconds
 
 _RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
 

@@ -14,7 +14,8 @@ import time
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air import _variables, tracking
+from databricks.air import _variables
+from databricks.air._tracking import call_run
 from databricks.air.workloads import (
     attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
 )
@@ -114,7 +115,7 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     uri = environ.get("MLFLOW_TRACKING_URI", "")
     if attempt_tracking.enabled() and uri.startswith(("http://", "https://")):
         try:
-            tracking._check_reachable(uri)  # the decorator's check: no run is recorded for a store that is down
+            call_run._check_reachable(uri)  # the decorator's check: no run is recorded for a store that is down
         except RuntimeConfigurationError as error:
             raise WorkloadError(str(error)) from None
     key = idempotency_key or workload.idempotency_token or uuid.uuid4().hex
