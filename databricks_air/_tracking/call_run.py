@@ -281,11 +281,10 @@ class CallRun:
             if switched_off(_variables.SYSTEM_METRICS):
                 return
             try:
-                interval = _settings.seconds(os.environ, _variables.SYSTEM_METRICS_SECONDS,
-                                             _settings.DEFAULT_SYSTEM_METRICS_SECONDS, positive=True)
+                interval = _settings.SYSTEM_METRICS_SECONDS.read(os.environ)
             except RuntimeConfigurationError as error:
                 print(f"databricks.air: {error}", file=sys.stderr)
-                interval = _settings.DEFAULT_SYSTEM_METRICS_SECONDS
+                interval = _settings.SYSTEM_METRICS_SECONDS.default
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
         try:

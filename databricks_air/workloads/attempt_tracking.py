@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from databricks.air import _variables
+from databricks.air import _settings
 from databricks.air._tracking import call_run
 from databricks.air.workloads import statuses
 from databricks.air.workloads.run_state import RunSpec
@@ -97,7 +97,7 @@ class TrackedAttempt:
     def start(self) -> None:
         """System metrics of this node, and periodic log uploads."""
         self.run.start_system_metrics()
-        interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or call_run.DEFAULT_UPLOAD_SECONDS)
+        interval = _settings.LOG_UPLOAD_SECONDS.read(os.environ)  # checked by air run
         self._uploader = threading.Thread(target=self._upload_every, args=(interval,), daemon=True,
                                           name="air log uploader")
         self._uploader.start()
