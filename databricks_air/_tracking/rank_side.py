@@ -291,7 +291,7 @@ def _buffer(fluent: types.ModuleType) -> rank_buffer.MetricBuffer:
         address = os.environ.get(_variables.METRICS_ADDRESS)
         write = write_here
         if address:  # the caller writes (writer.py says why); a rank that cannot reach it writes here
-            from databricks.air._tracking.writer import RankSender
+            from databricks.air._tracking.wire import RankSender
 
             write = RankSender(address, os.environ.get(_variables.METRICS_KEY, ""), write_here)
         assert _call_run_id is not None  # (metrics are buffered only in a rank of a call with a run)
