@@ -145,12 +145,6 @@ WORKLOAD: Sequence[Setting[Any]] = (
 """What a workload's run reads (its supervisor, its attempts' MLflow runs): checked by ``air run`` before a run is
 recorded."""
 
-DEFAULT_KEEP_CALLS = int(LOG_KEEP_CALLS.default)
-DEFAULT_KEEP_DAYS = LOG_KEEP_DAYS.default
-DEFAULT_UPLOAD_SECONDS = LOG_UPLOAD_SECONDS.default
-DEFAULT_SYSTEM_METRICS_SECONDS = SYSTEM_METRICS_SECONDS.default
-DEFAULT_STRAGGLER_SECONDS = STRAGGLER_SECONDS.default
-
 
 @dataclasses.dataclass(frozen=True)
 class CallSettings:

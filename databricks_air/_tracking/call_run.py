@@ -33,7 +33,7 @@ from databricks.air._switches import switched_off
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 from databricks.air.version import __version__
 
-DEFAULT_UPLOAD_SECONDS = _settings.DEFAULT_UPLOAD_SECONDS
+DEFAULT_UPLOAD_SECONDS = _settings.LOG_UPLOAD_SECONDS.default
 _TAG_LIMIT = 5000
 
 
