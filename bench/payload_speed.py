@@ -1,11 +1,11 @@
-"""What shipping code by value costs the caller: ``payload.serialize_function`` against plain ``cloudpickle.dumps``.
+"""What shipping code by value costs the caller: ``_payload.serialize_function`` against plain ``cloudpickle.dumps``.
 
 What it measures
     The function of ``examples/train_ddp.py`` (its ``train``, with the helpers, the model class and the globals it
     uses), from a module registered to travel by value, as a script's code does:
 
     a. anchor: ``cloudpickle.dumps(train)``, which names every code object's file ``<dynamic-code>``;
-    b. ``payload.serialize_function(train)``: the code objects whole (``marshal``), with their file name, and the
+    b. ``_payload.serialize_function(train)``: the code objects whole (``marshal``), with their file name, and the
        script's lines once (:mod:`databricks.air._engine.by_value`);
     c. in a fresh interpreter, loading (b) (what a rank does before it calls the function), against loading (a).
 
@@ -32,7 +32,7 @@ from typing import Callable, List, Tuple
 
 import cloudpickle
 
-from databricks.air import payload
+from databricks.air import _payload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "train_ddp.py")
@@ -88,15 +88,15 @@ def load_seconds(data: bytes) -> float:
 def main() -> int:
     function = the_function()
     plain = cloudpickle.dumps(function)
-    ours = payload.serialize_function(function)
+    ours = _payload.serialize_function(function)
     assert b"<dynamic-code>" in plain and b"<dynamic-code>" not in ours and b"train_ddp.py" in ours
-    anchor, shipped = alternate(lambda: cloudpickle.dumps(function), lambda: payload.serialize_function(function))
+    anchor, shipped = alternate(lambda: cloudpickle.dumps(function), lambda: _payload.serialize_function(function))
     plain_load, ours_load = load_seconds(plain), load_seconds(ours)
     for key, value in _machine.machine().items():
         print(f"  {key:12s} {value}")
     print(f"  function: train of examples/train_ddp.py, by value; medians of {REPEATS}")
     print(f"  (a) cloudpickle.dumps             {anchor * 1e3:8.3f} ms   {len(plain):7d} bytes")
-    print(f"  (b) payload.serialize_function    {shipped * 1e3:8.3f} ms   {len(ours):7d} bytes")
+    print(f"  (b) _payload.serialize_function    {shipped * 1e3:8.3f} ms   {len(ours):7d} bytes")
     print(f"  (c) loading (a) / (b), fresh process  {plain_load * 1e3:.3f} ms / {ours_load * 1e3:.3f} ms")
     difference = shipped - anchor
     verdict = "PASS" if difference <= TARGET_SECONDS else "MISS"

@@ -38,7 +38,7 @@ def _runs_as_a_command_of_ours() -> bool:
 
 
 def _warm_up_after_this_cell() -> None:
-    """A notebook's first call needs MLflow, seconds to import (:mod:`databricks.air._mlflow_warmup`): in a Jupyter or
+    """A notebook's first call needs MLflow, seconds to import (:mod:`databricks.air._tracking.warmup`): in a Jupyter or
     IPython kernel, its import begins in the background once the cell that imports this package has ended (the rest
     of the cell keeps the interpreter to itself, and the next cells come later); in a plain REPL, now. A script's
     begins at decoration. Nothing more is imported here: this runs within ``import databricks.air``."""
@@ -52,9 +52,9 @@ def _warm_up_after_this_cell() -> None:
                 events.unregister("post_run_cell", start)
             except ValueError:
                 pass
-        from databricks.air import _mlflow_warmup
+        from databricks.air._tracking import warmup
 
-        _mlflow_warmup.start()
+        warmup.start()
 
     if events is not None:
         try:
@@ -79,9 +79,9 @@ if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
 
 def distributed(*args: Any, **kwargs: Any) -> Any:
     """Decorator factory; see :func:`databricks.air.launcher.distributed`. Imported lazily to keep imports light."""
-    from databricks.air import _mlflow_warmup
+    from databricks.air._tracking import warmup
 
-    _mlflow_warmup.start()  # MLflow's import, in the background, begins before the launcher's
+    warmup.start()  # MLflow's import, in the background, begins before the launcher's
     try:
         from databricks.air.launcher import distributed as _distributed
     except ModuleNotFoundError as error:

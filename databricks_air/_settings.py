@@ -1,13 +1,19 @@
-"""Every setting a ``.distributed()`` call takes from the environment, read and checked here, once per call.
+"""Every number or on/off setting of ours that the environment holds: its variable, default, parser and message,
+side by side (:class:`Setting`), read the same way by the decorator and by ``air run``.
 
-:func:`read` runs before the call prints, makes or records anything (no log folder, no MLflow run, no store), so
-that a bad value is the call's only output, and its message says how to get the default. Whatever reads a setting
-later (the log folders, the MLflow run, the engine) is handed the value read here; nothing reads it again.
+A bad value fails with :class:`~databricks.air.exceptions.RuntimeConfigurationError`, whose message names the
+variable, the value, what is accepted and how to get the default: ``DATABRICKS_AIR_TERMINATE_GRACE_SECONDS must be
+a number of seconds, not 'abc'; unset it for the default, 3 s``. A call reads and checks all of its settings at once
+(:func:`read`), before it prints, makes or records anything (no log folder, no MLflow run, no store); ``air run``
+checks the workload's (:data:`WORKLOAD`) before it records a run, and says the same message. Whatever reads a
+setting later (the log folders, the MLflow run, the engine, a run's supervisor) is handed the value read here, or
+reads it here again.
 
 Example::
 
     settings = read(os.environ)        # RuntimeConfigurationError for DATABRICKS_AIR_LOG_KEEP_CALLS=abc
     settings.keep_calls, settings.log_root, settings.engine()
+    TERMINATE_GRACE_SECONDS.read(os.environ)   # 3.0 when unset
 """
 
 from __future__ import annotations
@@ -16,17 +22,128 @@ import dataclasses
 import math
 import os
 import tempfile
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Generic, Mapping, Optional, Sequence, TypeVar
 
 from databricks.air import _variables
 from databricks.air._switches import OFF, ON
 from databricks.air.exceptions import RuntimeConfigurationError
 
-DEFAULT_KEEP_CALLS = 50
-DEFAULT_KEEP_DAYS = 7.0
-DEFAULT_UPLOAD_SECONDS = 30.0
-DEFAULT_SYSTEM_METRICS_SECONDS = 10.0
-DEFAULT_STRAGGLER_SECONDS = 30.0
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable: what it is called, what an unset (or blank) one means, how a value is read."""
+
+    variable: str
+    default: T
+    parse: Callable[[str], T]
+    """The value of a (stripped, non-empty) text; ``ValueError`` for one that is not accepted."""
+    accepted: str
+    """What is accepted, for the message: ``a number of seconds``."""
+    when_unset: str
+    """What unsetting it gives, for the message: ``for the default, 3 s``."""
+
+    def read(self, environ: Mapping[str, str]) -> T:
+        """The value ``environ`` gives; :class:`RuntimeConfigurationError` for a bad one."""
+        text = environ.get(self.variable, "").strip()
+        if not text:
+            return self.default
+        try:
+            return self.parse(text)
+        except ValueError:
+            raise RuntimeConfigurationError(
+                f"{self.variable} must be {self.accepted}, not {environ[self.variable]!r}; unset it {self.when_unset}"
+            ) from None
+
+
+def switch(variable: str, default: bool) -> Setting[bool]:
+    """An on/off variable: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``, ``off`` (any case)."""
+
+    def parse(text: str) -> bool:
+        if text.lower() in ON:
+            return True
+        if text.lower() in OFF:
+            return False
+        raise ValueError(text)
+
+    return Setting(variable, default, parse, f"one of {', '.join(ON)} (on) or {', '.join(OFF)} (off)",
+                   f"for the default ({'on' if default else 'off'})")
+
+
+def seconds(variable: str, default: float, positive: bool = False) -> Setting[float]:
+    """A finite number of seconds (a negative one counts as 0, which turns a watch off), or more than 0 when
+    ``positive``."""
+    what = "a number of seconds above 0" if positive else "a number of seconds"
+    return Setting(variable, default, _positive_seconds if positive else _seconds, what,
+                   f"for the default, {default:g} s")
+
+
+def _seconds(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(text)
+    return max(0.0, number)
+
+
+def _positive_seconds(text: str) -> float:
+    number = _seconds(text)
+    if number <= 0:
+        raise ValueError(text)
+    return number
+
+
+def limit(variable: str, default: float, whole: bool) -> Setting[float]:
+    """A limit ``>= 0``, ``0`` meaning none: a whole number (``whole``) or any finite number."""
+
+    def parse(text: str) -> float:
+        value: float = int(text) if whole else float(text)
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(text)
+        return value
+
+    kind = "a whole number" if whole else "a number"
+    return Setting(variable, default, parse, f"{kind} >= 0 (0: no limit)", f"for the default, {default:g}")
+
+
+def _gpu_count(text: str) -> Optional[int]:
+    count = int(text)
+    if count < 0 or count > 4096:
+        raise ValueError(text)
+    return count or None
+
+
+# --- the settings -------------------------------------------------------------------------------------------------
+
+SHOW_ALL_RANKS = switch(_variables.SHOW_ALL_RANKS, False)
+DEBUG = switch(_variables.DEBUG, False)
+MLFLOW = switch(_variables.MLFLOW, True)
+SYSTEM_METRICS = switch(_variables.SYSTEM_METRICS, True)
+TERMINATE_GRACE_SECONDS = seconds(_variables.TERMINATE_GRACE_SECONDS, 3.0)
+SNAPSHOT_SECONDS = seconds(_variables.SNAPSHOT_SECONDS, 5.0)
+STALL_SECONDS = seconds(_variables.STALL_SECONDS, 600.0)
+STRAGGLER_SECONDS = seconds(_variables.STRAGGLER_SECONDS, 30.0)
+LOG_KEEP_CALLS = limit(_variables.LOG_KEEP_CALLS, 50, whole=True)
+LOG_KEEP_DAYS = limit(_variables.LOG_KEEP_DAYS, 7.0, whole=False)
+LOG_UPLOAD_SECONDS = seconds(_variables.LOG_UPLOAD_SECONDS, 30.0, positive=True)
+SYSTEM_METRICS_SECONDS = seconds(_variables.SYSTEM_METRICS_SECONDS, 10.0, positive=True)
+SIMULATE_GPUS: Setting[Optional[int]] = Setting(
+    _variables.SIMULATE_GPUS, None, _gpu_count, "a whole number of GPUs from 0 to 4096", "to count the real ones"
+)
+"""The GPU count this node shows, or ``None`` (unset, or 0: the real ones)."""
+RETRY_DELAY_SECONDS = seconds(_variables.RETRY_DELAY_SECONDS, 1.0)
+WORKLOAD_TIMEOUT_SECONDS: Setting[Optional[float]] = Setting(
+    _variables.WORKLOAD_TIMEOUT_SECONDS, None, _positive_seconds, "a number of seconds above 0",
+    "for the workload's timeout_minutes",
+)
+"""An attempt's time limit in place of the workload's ``timeout_minutes`` (``None``: that one)."""
+
+WORKLOAD: Sequence[Setting[Any]] = (
+    MLFLOW, SYSTEM_METRICS, SYSTEM_METRICS_SECONDS, LOG_UPLOAD_SECONDS, TERMINATE_GRACE_SECONDS, RETRY_DELAY_SECONDS,
+    WORKLOAD_TIMEOUT_SECONDS, DEBUG,
+)
+"""What a workload's run reads (its supervisor, its attempts' MLflow runs): checked by ``air run`` before a run is
+recorded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,74 +180,28 @@ class CallSettings:
 
 def read(environ: Mapping[str, str]) -> CallSettings:
     """Every setting of a call from ``environ``; :class:`RuntimeConfigurationError` naming the first bad one."""
-    switch(environ, _variables.DEBUG, False)  # read where a traceback is shaped; checked here with the others
+    DEBUG.read(environ)  # read where a traceback is shaped; checked here with the others
     return CallSettings(
-        show_all_ranks=switch(environ, _variables.SHOW_ALL_RANKS, False),
+        show_all_ranks=SHOW_ALL_RANKS.read(environ),
         start_method=environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",
-        grace_period=seconds(environ, _variables.TERMINATE_GRACE_SECONDS, 3.0),
-        snapshot_seconds=seconds(environ, _variables.SNAPSHOT_SECONDS, 5.0),
-        stall_seconds=seconds(environ, _variables.STALL_SECONDS, 600.0),
-        straggler_seconds=seconds(environ, _variables.STRAGGLER_SECONDS, DEFAULT_STRAGGLER_SECONDS),
+        grace_period=TERMINATE_GRACE_SECONDS.read(environ),
+        snapshot_seconds=SNAPSHOT_SECONDS.read(environ),
+        stall_seconds=STALL_SECONDS.read(environ),
+        straggler_seconds=STRAGGLER_SECONDS.read(environ),
         log_root=log_root(environ),
-        keep_calls=int(_limit(environ, _variables.LOG_KEEP_CALLS, DEFAULT_KEEP_CALLS, whole=True)),
-        keep_days=_limit(environ, _variables.LOG_KEEP_DAYS, DEFAULT_KEEP_DAYS, whole=False),
-        tracking=switch(environ, _variables.MLFLOW, True),
-        log_upload_seconds=seconds(environ, _variables.LOG_UPLOAD_SECONDS, DEFAULT_UPLOAD_SECONDS, positive=True),
-        system_metrics=switch(environ, _variables.SYSTEM_METRICS, True),
-        system_metrics_seconds=seconds(
-            environ, _variables.SYSTEM_METRICS_SECONDS, DEFAULT_SYSTEM_METRICS_SECONDS, positive=True
-        ),
+        keep_calls=int(LOG_KEEP_CALLS.read(environ)),
+        keep_days=LOG_KEEP_DAYS.read(environ),
+        tracking=MLFLOW.read(environ),
+        log_upload_seconds=LOG_UPLOAD_SECONDS.read(environ),
+        system_metrics=SYSTEM_METRICS.read(environ),
+        system_metrics_seconds=SYSTEM_METRICS_SECONDS.read(environ),
     )
 
 
-def switch(environ: Mapping[str, str], variable: str, default: bool) -> bool:
-    """An on/off variable: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``, ``off`` (any case)."""
-    value = environ.get(variable, "").strip().lower()
-    if not value:
-        return default
-    if value in ON:
-        return True
-    if value in OFF:
-        return False
-    raise RuntimeConfigurationError(
-        f"{variable} must be one of {', '.join(ON)} (on) or {', '.join(OFF)} (off), not {environ[variable]!r}; "
-        f"unset it for the default ({'on' if default else 'off'})"
-    )
-
-
-def seconds(environ: Mapping[str, str], variable: str, default: float, positive: bool = False) -> float:
-    """A finite number of seconds (a negative one counts as 0, which turns a watch off), or more than 0 when
-    ``positive``; ``default`` when unset."""
-    value = environ.get(variable, "").strip()
-    if not value:
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or (positive and number <= 0):
-        what = "a number of seconds above 0" if positive else "a number of seconds"
-        raise RuntimeConfigurationError(
-            f"{variable} must be {what}, not {environ[variable]!r}; unset it for the default, {default:g} s"
-        )
-    return max(0.0, number)
-
-
-def _limit(environ: Mapping[str, str], variable: str, default: float, whole: bool) -> float:
-    text = environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        value: float = int(text) if whole else float(text)
-    except ValueError:
-        value = -1
-    if value < 0 or not math.isfinite(value):
-        kind = "a whole number" if whole else "a number"
-        raise RuntimeConfigurationError(
-            f"{variable} must be {kind} >= 0 (0: no limit), not {environ[variable]!r}; unset it for the default, "
-            f"{default:g}"
-        )
-    return value
+def check(environ: Mapping[str, str], settings: Sequence[Setting[Any]]) -> None:
+    """:class:`RuntimeConfigurationError` for the first of ``settings`` that ``environ`` gives a bad value."""
+    for setting in settings:
+        setting.read(environ)
 
 
 def default_log_root() -> str:

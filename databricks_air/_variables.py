@@ -84,7 +84,7 @@ RANK_HOOKS = "DATABRICKS_AIR_RANK_HOOKS"
 """Modules whose ``rank_started()``/``rank_ending()`` each rank runs (set by the caller: tracking's rank side)."""
 
 METRICS_ADDRESS = "DATABRICKS_AIR_METRICS_ADDRESS"
-"""The Unix socket of the call's metrics writer (:mod:`databricks.air.metrics_writer`), for the ranks."""
+"""The Unix socket of the call's metrics writer (:mod:`databricks.air._tracking.writer`), for the ranks."""
 
 METRICS_KEY = "DATABRICKS_AIR_METRICS_KEY"
 """The key a rank connects to the call's metrics writer with."""

@@ -31,7 +31,8 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 from databricks.air import _log_folders as log_folders
-from databricks.air import _settings, _variables, compute, payload, straggler_record, tracking, validation
+from databricks.air import _payload, _settings, _validation, _variables, compute
+from databricks.air._tracking import call_run, straggler_record
 from databricks.air._engine import launch as engine
 from databricks.air._switches import switched_on
 from databricks.air.asynchronous import DistributedFunctionCall
@@ -40,7 +41,7 @@ from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigu
 
 __all__ = ["distributed"]
 
-DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT
+DEFAULT_TIMEOUT = _validation.DEFAULT_TIMEOUT
 
 CPU_RANK_ENVIRON = {"ACCELERATE_USE_CPU": "true"}
 """What libraries read to run on CPU, for CPU ranks (a variable the caller set is left as it is): ``accelerate``'s
@@ -78,11 +79,11 @@ class DistributedFunction:
         accelerator_type: Any = None,
     ) -> None:
         _require_callable(func)
-        self._set_up(func, validation.RankSettings.given(gpus, gpu_type, accelerator_type), remote, timeout)
+        self._set_up(func, _validation.RankSettings.given(gpus, gpu_type, accelerator_type), remote, timeout)
 
     @classmethod
     def _resolved(
-        cls, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any
+        cls, func: Callable[..., Any], settings: _validation.RankSettings, remote: bool, timeout: Any
     ) -> "DistributedFunction":
         """The object for settings already resolved (by :func:`build`): nothing is parsed again."""
         _require_callable(func)
@@ -90,17 +91,19 @@ class DistributedFunction:
         function._set_up(func, settings, remote, timeout)
         return function
 
-    def _set_up(self, func: Callable[..., Any], settings: validation.RankSettings, remote: bool, timeout: Any) -> None:
+    def _set_up(
+        self, func: Callable[..., Any], settings: _validation.RankSettings, remote: bool, timeout: Any
+    ) -> None:
         self._settings = settings
         self.gpus = settings.count
         self.gpu_type: Optional[GPUType] = settings.gpu_type
         self.remote = remote
         self.func = func
-        self.timeout = validation.check_timeout(timeout)
+        self.timeout = _validation.check_timeout(timeout)
         self.max_restarts = 0
         self.restart_on: Tuple[type, ...] = ()
         self.last_log_dir: Optional[str] = None
-        tracking.warm_up()  # MLflow imported and its store opened in the background, before the first call
+        call_run.warm_up()  # MLflow imported and its store opened in the background, before the first call
 
     @property
     def num_accelerators(self) -> int:
@@ -158,15 +161,15 @@ class DistributedFunction:
         Omitted settings keep their values (the accelerator type keeps what was asked for, so a new count
         re-derives the shape); ``timeout=None`` removes the cap, an omitted ``timeout`` keeps it.
         """
-        restarting = validation.check_restarts(
+        restarting = _validation.check_restarts(
             self.max_restarts if max_restarts is None else max_restarts,
             self.restart_on if restart_on is None else restart_on,
         )
-        timeout = self.timeout if timeout is _UNSET else validation.check_timeout(timeout)
-        count, requested = validation.normalize_names(
+        timeout = self.timeout if timeout is _UNSET else _validation.check_timeout(timeout)
+        count, requested = _validation.normalize_names(
             num_accelerators, accelerator_type, gpus, gpu_type, "with_overrides", known_count=self.num_accelerators
         )
-        count = validation.check_count(count)
+        count = _validation.check_count(count)
         function = build(
             self.func,
             count if count is not None else self.num_accelerators,
@@ -252,11 +255,11 @@ class DistributedFunction:
         calls = engine.call_class(self.remote)  # the way the ranks start: on this machine, or on a Ray cluster
         calls.check(environ, settings.start_method)
         calls.prewarm(environ)  # a local rank server imports torch while we pickle and make the run
-        function_bytes = payload.serialize_function(self.func)
-        argument_bytes = payload.serialize_arguments(self.func, bound)
+        function_bytes = _payload.serialize_function(self.func)
+        argument_bytes = _payload.serialize_arguments(self.func, bound)
         # MLflow's active run is per thread: the caller's, or the notebook's (main thread's) for a call submitted
         # from a worker thread, is the parent, taken now, on the caller's thread.
-        parent = tracking.active_run_id() if settings.tracking else None
+        parent = call_run.active_run_id() if settings.tracking else None
         return _Prepared(
             name, environ, settings, function_bytes, argument_bytes, _argument_params(bound), parent, started, calls
         )
@@ -272,7 +275,7 @@ class DistributedFunction:
         background = call._runner is not None
         params = {**self._run_params(), **prepared.params}
         started, deadline = prepared.started, prepared.deadline(self.timeout)
-        run = tracking.CallRun.open(
+        run = call_run.CallRun.open(
             name, params, parent_run_id=prepared.parent, deadline=deadline, timeout=self.timeout, started=started
         ) if settings.tracking else None
         call.run_id = run.run_id if run is not None else None
@@ -344,7 +347,7 @@ class DistributedFunction:
         prepared: "_Prepared",
         environ: Dict[str, str],
         log_dir: str,
-        run: Optional[tracking.CallRun],
+        run: Optional[call_run.CallRun],
     ) -> List[Any]:
         gpus: List[str] = []
         if prepared.calls.runs_here and call.kind == "GPU":  # GPUs of the call's own, leased from the node's calls
@@ -371,7 +374,7 @@ class DistributedFunction:
             timeout_note=_timeout_note(self.timeout),
             **prepared.settings.engine(),
             on_report=run.keep_snapshot if run is not None else None,
-            hints=tracking.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
+            hints=call_run.FAILURE_HINTS if "MLFLOW_RUN_ID" in environ else {},
             accelerator_type=self.accelerator_type,
             gpus=gpus,
             on_queued=queued,
@@ -520,14 +523,14 @@ def _timeout_note(timeout: Optional[float]) -> str:
 
 
 def build(
-    func: Callable[..., Any], count: Optional[int], requested: validation.RequestedType, remote: bool, timeout: Any
+    func: Callable[..., Any], count: Optional[int], requested: _validation.RequestedType, remote: bool, timeout: Any
 ) -> DistributedFunction:
     """Resolve the settings (against this machine, or for a Ray cluster when ``remote``) and wrap ``func``."""
     if remote:
         from databricks.air._ray import require  # Ray is optional: imported for remote runs only
 
         require.require_ray()
-    return DistributedFunction._resolved(func, validation.resolve(count, requested, remote), remote, timeout)
+    return DistributedFunction._resolved(func, _validation.resolve(count, requested, remote), remote, timeout)
 
 
 def distributed(
@@ -562,17 +565,17 @@ def distributed(
 
     Settings are checked here, when the decorator runs, not at the first call.
     """
-    checked_timeout = validation.check_timeout(timeout)
-    restarting = validation.check_restarts(max_restarts, restart_on)
-    count, requested = validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
-    count = validation.check_count(count)
+    checked_timeout = _validation.check_timeout(timeout)
+    restarting = _validation.check_restarts(max_restarts, restart_on)
+    count, requested = _validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@distributed")
+    count = _validation.check_count(count)
 
     def decorate(func: Callable[..., Any]) -> DistributedFunction:
         if isinstance(func, DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed()")
         function = build(func, count, requested, remote, checked_timeout)
         function.max_restarts, function.restart_on = restarting
-        validation.decoration_notes(function.num_accelerators, checked_timeout)
+        _validation.decoration_notes(function.num_accelerators, checked_timeout)
         return function
 
     return decorate

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
-from databricks.air import launcher, validation
+from databricks.air import _validation, launcher
 from databricks.air._ray import rank_cluster, require, session
 from databricks.air.exceptions import RuntimeConfigurationError
 
@@ -45,7 +45,7 @@ def ray_launch(
     num_accelerators: Optional[int] = None,
     accelerator_type: Any = None,
     remote: bool = False,
-    timeout: Optional[Union[int, float]] = validation.DEFAULT_TIMEOUT,
+    timeout: Optional[Union[int, float]] = _validation.DEFAULT_TIMEOUT,
     *,
     gpus: Optional[int] = None,
     gpu_type: Any = None,
@@ -58,15 +58,15 @@ def ray_launch(
     value at index 0, ``None`` elsewhere. The cluster it started is stopped when ``fn`` ends, however it ends.
     """
     require.require_ray()
-    checked_timeout = validation.check_timeout(timeout)
-    count, requested = validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@ray_launch")
-    count = validation.check_count(count)
+    checked_timeout = _validation.check_timeout(timeout)
+    count, requested = _validation.normalize_names(num_accelerators, accelerator_type, gpus, gpu_type, "@ray_launch")
+    count = _validation.check_count(count)
 
     def decorate(func: Callable[..., Any]) -> launcher.DistributedFunction:
         if isinstance(func, launcher.DistributedFunction):
             raise RuntimeConfigurationError("this function is already decorated with @distributed() or @ray_launch()")
         function = launcher.build(rank_cluster.wrap(func), count, requested, remote, checked_timeout)
-        validation.decoration_notes(function.num_accelerators, checked_timeout)
+        _validation.decoration_notes(function.num_accelerators, checked_timeout)
         return function
 
     return decorate

@@ -1,6 +1,7 @@
 """Things that live in exactly one place, so that a reader finds them by name and a change is made once.
 
-* every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented);
+* every environment variable of ours is named in ``_variables.py`` (and the user-facing ones are documented), and
+  the number ones are parsed in ``_settings.py``;
 * process groups, parent death and free ports are handled in ``_engine/processes.py``;
 * whether the caller is a Jupyter kernel is asked in ``_notebook.py``;
 * the files of a call's log folder are named in ``_call_folder.py``;
@@ -66,6 +67,20 @@ def test_every_variable_for_users_is_documented() -> None:
     names = {value for key, value in vars(_variables).items() if key.isupper() and isinstance(value, str)}
     assert names and all(OUR_VARIABLE.fullmatch(name) for name in names)
     assert sorted(name for name in names - BOOKKEEPING if name not in docs) == []
+
+
+def test_our_number_variables_are_parsed_in_settings_py_only() -> None:
+    """Each has its default, parser and message in ``_settings.py``; nothing else turns one into a number."""
+    parsed_elsewhere = [
+        where(path, node)
+        for path in python_files(PACKAGE)
+        if path.name != "_settings.py"
+        for node in ast.walk(parsed(path))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("float", "int")
+        and any(isinstance(inner, ast.Attribute) and getattr(inner.value, "id", "") == "_variables"
+                for argument in node.args for inner in ast.walk(argument))
+    ]
+    assert parsed_elsewhere == [], "read these through a databricks.air._settings.Setting"
 
 
 def calls_and_imports(tree: ast.Module) -> Iterator[Tuple[str, ast.AST]]:

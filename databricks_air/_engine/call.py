@@ -43,6 +43,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from databricks.air import _settings
 from databricks.air._call_folder import CallFolder, ReportFolder
 from databricks.air._engine import snapshot, stall_watch, stop_report, straggler_watch
 from databricks.air._engine.failures import results_or_error
@@ -84,7 +85,7 @@ class Launch:
     show_all_ranks: bool = False
     start_method: str = "fork"
     """``fork``: ranks forked from the torch-preloaded rank server; ``spawn``: a new interpreter per rank."""
-    grace_period: float = 3.0
+    grace_period: float = _settings.TERMINATE_GRACE_SECONDS.default
     hints: Dict[str, str] = dataclasses.field(default_factory=dict)
     """Text seen in the root cause's error or output -> advice added to the failure report."""
     accelerator_type: Optional["AcceleratorType"] = None

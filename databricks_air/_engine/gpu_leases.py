@@ -56,21 +56,9 @@ class LeaseCancelled(KeyboardInterrupt):
 
 def simulated_count(environ: Mapping[str, str]) -> Optional[int]:
     """The GPU count ``DATABRICKS_AIR_SIMULATE_GPUS`` asks for, or ``None`` when it is unset (0 counts as unset)."""
-    text = environ.get(SIMULATE_VARIABLE, "").strip()
-    if not text:
-        return None
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if count < 0 or count > 4096:
-        from databricks.air.exceptions import RuntimeConfigurationError
+    from databricks.air import _settings
 
-        raise RuntimeConfigurationError(
-            f"{SIMULATE_VARIABLE} must be a whole number of GPUs from 0 to 4096, not {text!r}; unset it to count "
-            "the real ones"
-        )
-    return count or None
+    return _settings.SIMULATE_GPUS.read(environ)
 
 
 def node_devices(environ: Mapping[str, str], count: int) -> List[str]:

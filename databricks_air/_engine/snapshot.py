@@ -31,10 +31,11 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from databricks.air import _settings
 from databricks.air._engine import issue_times, rank_probe
 from databricks.air._engine.rank_probe import STACK_SIGNAL
 
-DEFAULT_BUDGET = 5.0
+DEFAULT_BUDGET = _settings.SNAPSHOT_SECONDS.default
 """Seconds a whole snapshot may take, whatever the number of ranks."""
 
 PROBE_FIRST_SECONDS = 1.0

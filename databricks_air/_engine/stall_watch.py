@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from databricks.air import _settings
 from databricks.air._engine.snapshot import GroupPosition
 
-DEFAULT_STALL_SECONDS = 600.0
+DEFAULT_STALL_SECONDS = _settings.STALL_SECONDS.default
 
 
 def check_interval(stall_seconds: float) -> float:

@@ -1,6 +1,6 @@
 """One MLflow run per attempt, in the experiment ``experiment_name``, as each retry is upstream.
 
-Each run is made by :class:`databricks.air.tracking.CallRun` (the decorator's: the same store resolution and
+Each run is made by :class:`databricks.air._tracking.call_run.CallRun` (the decorator's: the same store resolution and
 reachability check, version and host tags, system metrics, link), named ``mlflow_run_name`` (else the experiment),
 tagged ``databricks.air.workload.run_id`` and ``databricks.air.workload.attempt``, with the workload's settings as
 params and its configuration as run (``workload.yaml``) and ``hyperparameters.yaml`` as artifacts. The command
@@ -16,7 +16,8 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from databricks.air import _variables, tracking
+from databricks.air import _settings
+from databricks.air._tracking import call_run
 from databricks.air.workloads import statuses
 from databricks.air.workloads.run_state import RunSpec
 
@@ -28,7 +29,7 @@ NEXT_ATTEMPT_TAG = "databricks.air.workload.next_attempt_run_id"
 
 def enabled() -> bool:
     """False with ``DATABRICKS_AIR_MLFLOW=0``."""
-    return tracking.tracking_enabled()
+    return call_run.tracking_enabled()
 
 
 def experiment_name(spec: RunSpec, tracking_uri: str) -> str:
@@ -63,7 +64,7 @@ class TrackedAttempt:
             "max_retries": spec.max_retries,
             "timeout_minutes": spec.timeout_minutes,
         }
-        run = tracking.CallRun.open(spec.run_name, params)
+        run = call_run.CallRun.open(spec.run_name, params)
         run.client.set_tag(run.run_id, RUN_ID_TAG, str(spec.run_id))
         run.client.set_tag(run.run_id, ATTEMPT_TAG, str(attempt))
         if previous_run_id:
@@ -96,7 +97,7 @@ class TrackedAttempt:
     def start(self) -> None:
         """System metrics of this node, and periodic log uploads."""
         self.run.start_system_metrics()
-        interval = float(os.environ.get(_variables.LOG_UPLOAD_SECONDS) or tracking.DEFAULT_UPLOAD_SECONDS)
+        interval = _settings.LOG_UPLOAD_SECONDS.read(os.environ)  # checked by air run
         self._uploader = threading.Thread(target=self._upload_every, args=(interval,), daemon=True,
                                           name="air log uploader")
         self._uploader.start()
@@ -128,14 +129,14 @@ def run_link(tracking_uri: Optional[str], experiment_id: Optional[str], run_id: 
     """How ``air`` shows an attempt's MLflow run: a link for an HTTP store, else where it is and how to see it."""
     if not (tracking_uri and run_id):
         return None
-    return tracking.CallRun(None, run_id, experiment_id or "", tracking_uri, name).describe()
+    return call_run.CallRun(None, run_id, experiment_id or "", tracking_uri, name).describe()
 
 
 def run_url(tracking_uri: Optional[str], experiment_id: Optional[str], run_id: Optional[str]) -> Optional[str]:
     """The run's page in the MLflow UI, for an HTTP store; ``None`` otherwise."""
     if not (tracking_uri and run_id):
         return None
-    return tracking.CallRun(None, run_id, experiment_id or "", tracking_uri, "").url
+    return call_run.CallRun(None, run_id, experiment_id or "", tracking_uri, "").url
 
 
 def end_orphaned(tracking_uri: str, run_id: str, reason: str) -> None:

@@ -14,7 +14,8 @@ import time
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air import _variables, tracking
+from databricks.air import _settings, _variables
+from databricks.air._tracking import call_run
 from databricks.air.workloads import (
     attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
 )
@@ -25,7 +26,6 @@ from databricks.air.workloads.run_state import RunSpec, RunState
 from databricks.air.workloads.schema import MAX_TOKEN
 from databricks.air.workloads.workload import Workload
 
-TIMEOUT_SECONDS_VARIABLE = _variables.WORKLOAD_TIMEOUT_SECONDS
 """For tests: an attempt's time limit in seconds, in place of ``timeout_minutes`` (whose unit is a minute)."""
 FILTER_KEYS = ("user", "experiment", "accelerator_type", "num_accelerators")
 
@@ -66,15 +66,9 @@ def _user() -> str:
 
 
 def _timeout_seconds(workload: Workload, environ: Mapping[str, str]) -> Optional[float]:
-    override = environ.get(TIMEOUT_SECONDS_VARIABLE, "").strip()
-    if override:
-        try:
-            seconds = float(override)
-        except ValueError:
-            raise InvalidArguments(f"{TIMEOUT_SECONDS_VARIABLE} must be a number of seconds, not {override!r}") from None
-        if seconds <= 0:
-            raise InvalidArguments(f"{TIMEOUT_SECONDS_VARIABLE} must be positive, not {override!r}")
-        return seconds
+    override = _settings.WORKLOAD_TIMEOUT_SECONDS.read(environ)  # checked with the others by submit()
+    if override is not None:
+        return override
     return workload.timeout_minutes * 60.0 if workload.timeout_minutes else None
 
 
@@ -110,11 +104,15 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     if taken:
         notes.append(f"env_variables: {', '.join(taken)} are set by the runtime on each node; the workload's values "
                      "are replaced")
+    try:  # a bad setting fails now, as it does a decorated function's call, not in the supervisor
+        _settings.check(environ, _settings.WORKLOAD)
+    except RuntimeConfigurationError as error:
+        raise InvalidArguments(str(error)) from None
     secret_store.resolve(workload.secrets, environ)  # a missing secret fails now, not in the supervisor
     uri = environ.get("MLFLOW_TRACKING_URI", "")
     if attempt_tracking.enabled() and uri.startswith(("http://", "https://")):
         try:
-            tracking._check_reachable(uri)  # the decorator's check: no run is recorded for a store that is down
+            call_run._check_reachable(uri)  # the decorator's check: no run is recorded for a store that is down
         except RuntimeConfigurationError as error:
             raise WorkloadError(str(error)) from None
     key = idempotency_key or workload.idempotency_token or uuid.uuid4().hex

@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from databricks.air import _variables, log_patterns
+from databricks.air import _settings, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
 from databricks.air.workloads.errors import WorkloadError
 from databricks.air.workloads.backends.base import (
@@ -30,10 +30,6 @@ from databricks.air.workloads.registry import RunFolder
 from databricks.air.workloads.run_state import Alert, Attempt, RunSpec, RunState
 from databricks.air.workloads.workload import SecretRef
 
-RETRY_DELAY_VARIABLE = _variables.RETRY_DELAY_SECONDS
-GRACE_VARIABLE = _variables.TERMINATE_GRACE_SECONDS  # the decorator's, with the same default
-DEFAULT_RETRY_DELAY = 1.0
-DEFAULT_GRACE = 3.0
 MAX_ALERTS = 100
 CHECKPOINTS = "checkpoints"
 """The run's folder for ``databricks.air.data.Checkpointer`` (``AIR_CHECKPOINT_DIR``): every attempt finds the
@@ -42,17 +38,10 @@ _POLL_SECONDS = 0.2
 _ALERT_FLUSH_SECONDS = 1.0
 
 
-def _seconds(variable: str, default: float) -> float:
-    value = os.environ.get(variable, "").strip()
-    try:
-        return max(0.0, float(value)) if value else default
-    except ValueError:
-        return default
-
-
 def grace_seconds() -> float:
-    """Seconds between SIGTERM and SIGKILL when an attempt is stopped (``DATABRICKS_AIR_TERMINATE_GRACE_SECONDS``)."""
-    return _seconds(GRACE_VARIABLE, DEFAULT_GRACE)
+    """Seconds between SIGTERM and SIGKILL when an attempt is stopped (``DATABRICKS_AIR_TERMINATE_GRACE_SECONDS``,
+    the decorator's, with the same default; checked by ``air run``)."""
+    return _settings.TERMINATE_GRACE_SECONDS.read(os.environ)
 
 
 class WorkloadSupervisor:
@@ -115,7 +104,7 @@ class WorkloadSupervisor:
                 break
             self._update(status=statuses.WAITING_FOR_RETRY,
                          message=f"attempt {number} {status}: {reason}; retry {number + 1} of {spec.max_retries} next")
-            if self._sleep(_seconds(RETRY_DELAY_VARIABLE, DEFAULT_RETRY_DELAY)):
+            if self._sleep(_settings.RETRY_DELAY_SECONDS.read(os.environ)):
                 status, reason = statuses.CANCELED, "canceled while waiting to retry"
                 break
         self._finish(status, reason)

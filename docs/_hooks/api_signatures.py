@@ -5,7 +5,7 @@
   distributed``, so the pages document them under that path, with the real function's signature and docstring:
   each wrapper is replaced by an alias of the function it forwards to (:data:`PUBLIC_NAMES`).
 * A default that names a constant (``timeout=DEFAULT_TIMEOUT``) is shown as the constant's value (``10800``),
-  followed through modules (``DEFAULT_TIMEOUT = validation.DEFAULT_TIMEOUT``). A default that is a sentinel
+  followed through modules (``DEFAULT_TIMEOUT = _validation.DEFAULT_TIMEOUT``). A default that is a sentinel
   (``_UNSET = object()``) is shown as the label :data:`SENTINELS` gives it; one without a label fails the build, so
   that no page shows a private name such as ``_UNSET``.
 """
@@ -47,7 +47,7 @@ class ApiSignatures(griffe.Extension):
 def shown_default(default: Any, loader: griffe.GriffeLoader, where: str) -> Any:
     """What a page shows for ``default``: a named constant as its value, a sentinel as its label; else as written.
 
-    Only names (``DEFAULT_TIMEOUT``, ``validation.DEFAULT_TIMEOUT``) are followed, to the module attribute they
+    Only names (``DEFAULT_TIMEOUT``, ``_validation.DEFAULT_TIMEOUT``) are followed, to the module attribute they
     name; a name of a class or function, and any other expression (``()``, ``8 * 1024``), is shown as written.
     """
     seen = set()

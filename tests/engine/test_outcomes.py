@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
-from databricks.air import payload
+from databricks.air import _payload
 from databricks.air._engine.call import Launch
 from databricks.air._engine.local_call import LocalCall
 from databricks.air._engine.outcome import OutcomeKind, RankOutcome, RankRecord, read_record
@@ -61,8 +61,8 @@ def is_killed() -> None:
 
 def run_one_rank(function: Callable[..., Any], tmp_path: Path) -> RankOutcome:
     launch = Launch(
-        name=function.__name__, world_size=1, function=payload.serialize_function(function),
-        arguments=payload.serialize_arguments(function, inspect.signature(function).bind()),
+        name=function.__name__, world_size=1, function=_payload.serialize_function(function),
+        arguments=_payload.serialize_arguments(function, inspect.signature(function).bind()),
         environ=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), argv=[""], log_dir=str(tmp_path),
         timeout=120,
     )

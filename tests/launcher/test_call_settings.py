@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from databricks.air import _settings
+from databricks.air import _settings, _variables
 from databricks.air.exceptions import RuntimeConfigurationError
 
 
@@ -53,3 +53,25 @@ def test_a_log_dir_that_is_a_file_or_cannot_be_written(tmp_path: Path) -> None:
         locked.mkdir(mode=0o500)
         with pytest.raises(RuntimeConfigurationError, match="this user cannot write in"):
             _settings.read({"DATABRICKS_AIR_LOG_DIR": str(locked / "logs")})
+
+
+SETTINGS = sorted((value for value in vars(_settings).values() if isinstance(value, _settings.Setting)),
+                  key=lambda setting: setting.variable)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[setting.variable for setting in SETTINGS])
+def test_every_setting_has_its_default_and_says_the_same_of_a_bad_value(setting: _settings.Setting) -> None:
+    assert setting.variable in vars(_variables).values()
+    assert setting.read({}) == setting.read({setting.variable: "  "}) == setting.default
+    with pytest.raises(RuntimeConfigurationError) as caught:
+        setting.read({setting.variable: "abc"})
+    assert str(caught.value) == (
+        f"{setting.variable} must be {setting.accepted}, not 'abc'; unset it {setting.when_unset}")
+
+
+def test_the_engines_defaults_are_the_settings_defaults() -> None:
+    from databricks.air._engine import call, snapshot, stall_watch
+
+    assert call.Launch.__dataclass_fields__["grace_period"].default == _settings.TERMINATE_GRACE_SECONDS.default
+    assert snapshot.DEFAULT_BUDGET == _settings.SNAPSHOT_SECONDS.default
+    assert stall_watch.DEFAULT_STALL_SECONDS == _settings.STALL_SECONDS.default

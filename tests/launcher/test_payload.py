@@ -99,7 +99,7 @@ def test_a_notebook_function_using_torch_and_another_ops_attribute_ships(run_scr
         import types
         import cloudpickle
         import torch
-        from databricks.air.payload import serialize_function
+        from databricks.air._payload import serialize_function
 
         tools = types.SimpleNamespace(ops=types.SimpleNamespace(scale=3.0))
 

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 import pytest
 
-from databricks.air import compute, distributed, validation
+from databricks.air import _validation, compute, distributed
 from databricks.air.compute import AcceleratorType, GPUType
 from databricks.air.exceptions import GPUTypeError, GPUValidationError, RuntimeConfigurationError
 from databricks.air.launcher import DistributedFunction
@@ -334,7 +334,7 @@ def test_remote_decoration_keeps_its_timeout(caplog: pytest.LogCaptureFixture) -
 
 def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCaptureFixture,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validation, "_NOTED", set())  # as in a fresh process
+    monkeypatch.setattr(_validation, "_NOTED", set())  # as in a fresh process
     machine(8)
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
         distributed(num_accelerators=1)(train)
@@ -351,7 +351,7 @@ def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCapture
 def test_each_decoration_note_is_given_once_per_process(machine, caplog: pytest.LogCaptureFixture,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # A notebook cell that decorates is re-run many times: its notes are not repeated each time.
-    monkeypatch.setattr(validation, "_NOTED", set())
+    monkeypatch.setattr(_validation, "_NOTED", set())
     machine(8)
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
         for _ in range(3):
@@ -424,11 +424,11 @@ def test_the_notice_works_in_an_interpreter_without_argv(argv: str) -> None:
 def test_decoration_parses_and_resolves_the_settings_once(
     remote: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from databricks.air import validation
+    from databricks.air import _validation
 
     parsed: List[Any] = []
-    parse = validation.parse_type
-    monkeypatch.setattr(validation, "parse_type", lambda value: parsed.append(value) or parse(value))
+    parse = _validation.parse_type
+    monkeypatch.setattr(_validation, "parse_type", lambda value: parsed.append(value) or parse(value))
     monkeypatch.setenv("DATABRICKS_AIR_ACCELERATOR_TYPE", "CPU")
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
         fn = distributed(num_accelerators=8, accelerator_type="GPU_8xH100", remote=remote)(train)

@@ -24,7 +24,7 @@ import pytest
 import generated_corpus
 from air_migrate.cli import main
 from databricks.air.exceptions import GPUTypeError
-from databricks.air.validation import parse_type
+from databricks.air._validation import parse_type
 
 CASES = generated_corpus.cases()
 FORMS = {"script": ".py", "databricks": "_databricks.py", "ipynb": ".ipynb"}

@@ -11,7 +11,7 @@ from rule_helpers import migrate_text as migrate
 
 from air_migrate.cli import main
 from databricks.air.compute import AcceleratorType, GPUType
-from databricks.air.validation import parse_type
+from databricks.air._validation import parse_type
 
 
 # Each import form of a launcher, and how the decorator reads through it: (import, decorator, import after).

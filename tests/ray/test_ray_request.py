@@ -11,7 +11,7 @@ from databricks.air._engine.rank_environ import job_environ
 from databricks.air._ray.rank_layout import Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest
 from databricks.air._ray.resources import describe_nodes
-from databricks.air.validation import resolve_remote as resolve
+from databricks.air._validation import resolve_remote as resolve
 from databricks.air.compute import AcceleratorType
 from databricks.air.exceptions import GPUValidationError
 

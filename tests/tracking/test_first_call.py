@@ -26,7 +26,8 @@ import pytest
 
 from mlflow_fixtures import store  # noqa: F401 - fixture
 from process_helpers import wait_until
-from databricks.air import _mlflow_warmup, distributed
+from databricks.air import distributed
+from databricks.air._tracking import warmup
 from databricks.air._engine import rank_server_handle
 from databricks.air._variables import BETA_NOTICE_SHOWN
 from databricks.air.exceptions import LocalExecutionTimeoutError
@@ -92,7 +93,7 @@ def test_a_store_that_never_answers_fails_the_call_within_its_timeout(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", silent_server)
     mlflow.set_tracking_uri(silent_server)
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=2)(ranks)
-    assert _mlflow_warmup.wait(None)  # MLflow's import (begun at decoration) is over: what is left is the store
+    assert warmup.wait(None)  # MLflow's import (begun at decoration) is over: what is left is the store
     began = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError) as raised:
         fn.distributed()
@@ -140,7 +141,7 @@ def test_a_run_made_after_its_call_timed_out_is_ended_failed(store: str) -> None
 
     make_store(store)
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=1.5)(ranks)
-    assert _mlflow_warmup.wait(None)  # the warm-up (begun at decoration) has opened the store before it is locked
+    assert warmup.wait(None)  # the warm-up (begun at decoration) has opened the store before it is locked
     database = store[len("sqlite:///"):]
     holder = hold_lock(database, 4.0)
     began = time.monotonic()
@@ -167,7 +168,7 @@ def test_the_closing_line_and_the_duration_cover_the_set_up(
 
     make_store(store)
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)(ranks)
-    assert _mlflow_warmup.wait(None)
+    assert warmup.wait(None)
     hold_lock(store[len("sqlite:///"):], 2.0)  # the store answers 2 s late
     began = time.monotonic()
     assert fn.distributed() == [0, 1]
@@ -187,7 +188,7 @@ def test_the_timeout_counts_from_the_call_so_slow_set_up_leaves_the_ranks_less(s
         time.sleep(30)
 
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=4)(sleeper)
-    assert _mlflow_warmup.wait(None)
+    assert warmup.wait(None)
     hold_lock(store[len("sqlite:///"):], 2.0)
     began = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError, match="did not finish within its timeout of 4 s"):
@@ -218,7 +219,7 @@ def test_the_first_calls_ranks_are_not_held_back_by_the_servers_mlflow_import(st
         return "mlflow" in sys.modules
 
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)(mlflow_loaded)
-    assert _mlflow_warmup.wait(None)
+    assert warmup.wait(None)
     hold_lock(store[len("sqlite:///"):], 2.0)  # the caller makes its run while the server is idle for 2 s
     assert fn.distributed() == [False, False]  # the server did not use that time to import MLflow first
     assert fn.distributed() == [True, True]  # it did once the first call's ranks had ended
@@ -235,17 +236,18 @@ def test_decoration_imports_mlflow_and_opens_an_existing_store_in_the_background
     done = run_script(
         """
         import sys
-        from databricks.air import _mlflow_warmup, distributed
+        from databricks.air import distributed
+        from databricks.air._tracking import warmup
 
         before = "mlflow" in sys.modules
         @distributed(num_accelerators=1, accelerator_type="CPU")
         def f():
             return 0
 
-        started = _mlflow_warmup._thread is not None
-        assert _mlflow_warmup.wait(None)
+        started = warmup._thread is not None
+        assert warmup.wait(None)
         print(before, started, "mlflow.store.tracking.sqlalchemy_store" in sys.modules,
-              sorted(_mlflow_warmup._stores_ready))
+              sorted(warmup._stores_ready))
         """,
         env=clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=uri),
     )
@@ -258,10 +260,11 @@ def test_a_store_that_does_not_exist_is_not_made_ahead(
 ) -> None:
     done = run_script(
         """
-        from databricks.air import _mlflow_warmup, distributed
+        from databricks.air import distributed
+        from databricks.air._tracking import warmup
 
         distributed(num_accelerators=1, accelerator_type="CPU")(print)
-        assert _mlflow_warmup.wait(None)
+        assert warmup.wait(None)
         """,
         env=clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'new.db'}"),
     )
@@ -276,11 +279,12 @@ def test_no_warm_up_with_tracking_off_or_in_a_rank(
     done = run_script(
         """
         import sys, time
-        from databricks.air import _mlflow_warmup, distributed
+        from databricks.air import distributed
+        from databricks.air._tracking import warmup
 
         distributed(num_accelerators=1, accelerator_type="CPU")(print)
         time.sleep(0.5)
-        print(_mlflow_warmup._thread is None, "mlflow" in sys.modules)
+        print(warmup._thread is None, "mlflow" in sys.modules)
         """,
         env=clean_env(**env),
     )
@@ -289,7 +293,8 @@ def test_no_warm_up_with_tracking_off_or_in_a_rank(
 
 
 def test_importing_in_a_repl_starts_it_and_in_a_script_does_not(tmp_path: Path) -> None:
-    probe = "import databricks.air, sys; from databricks.air import _mlflow_warmup as w; print(w._thread is not None)\n"
+    probe = ("import databricks.air, sys; from databricks.air._tracking import warmup as w; "
+             "print(w._thread is not None)\n")
     env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
     repl = subprocess.run([sys.executable, "-i", "-q"], input=probe, capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=60)
@@ -326,7 +331,7 @@ def test_in_a_jupyter_kernel_it_starts_once_the_importing_cell_has_ended(tmp_pat
     try:
         client.wait_for_ready(timeout=120)
         for cell in (
-            "import sys\nimport databricks.air\nfrom databricks.air import _mlflow_warmup as w\n"
+            "import sys\nimport databricks.air\nfrom databricks.air._tracking import warmup as w\n"
             "print(w._thread is None, 'mlflow' in sys.modules)",
             "print(w._thread is not None, w.wait(None), 'mlflow.tracking.fluent' in sys.modules)",
         ):
@@ -356,8 +361,8 @@ def test_the_main_threads_imports_during_the_warm_up_succeed(statement: str, tmp
     code = textwrap.dedent(
         f"""
         import sys, time
-        from databricks.air import _mlflow_warmup
-        _mlflow_warmup.start(open_store=False)
+        from databricks.air._tracking import warmup
+        warmup.start(open_store=False)
         time.sleep(float(sys.argv[1]))
         {statement}
         print("ok")
@@ -374,8 +379,8 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import_mlflow(t
     code = textwrap.dedent(
         """
         import os, sys, time
-        from databricks.air import _mlflow_warmup
-        _mlflow_warmup.start(open_store=False)
+        from databricks.air._tracking import warmup
+        warmup.start(open_store=False)
         time.sleep(0.05)
         pid = os.fork()
         if pid == 0:
@@ -395,10 +400,10 @@ def test_the_guard_is_gone_once_the_imports_are_over(run_script: Callable[..., s
         """
         import builtins
         original = builtins.__import__
-        from databricks.air import _mlflow_warmup
-        _mlflow_warmup.start(open_store=False)
+        from databricks.air._tracking import warmup
+        warmup.start(open_store=False)
         guarded = builtins.__import__ is not original
-        _mlflow_warmup.wait(None)
+        warmup.wait(None)
         print(guarded, builtins.__import__ is original)
         """,
         env=clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}"),
@@ -408,24 +413,24 @@ def test_the_guard_is_gone_once_the_imports_are_over(run_script: Callable[..., s
 
 
 def test_active_run_id_is_none_while_mlflow_is_half_imported(monkeypatch: pytest.MonkeyPatch) -> None:
-    from databricks.air import tracking
+    from databricks.air._tracking import call_run
 
     class Half:
         class __spec__:  # noqa: N801 - a module spec's stand-in
             _initializing = True
 
     monkeypatch.setitem(sys.modules, "mlflow.tracking.fluent", Half())
-    assert tracking.active_run_id() is None
+    assert call_run.active_run_id() is None
 
 
 def test_the_warm_up_is_not_started_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
-    _mlflow_warmup.start()
-    assert _mlflow_warmup.wait(None)
-    first = _mlflow_warmup._thread
-    _mlflow_warmup.start()
-    _mlflow_warmup.start(open_store=False)
-    assert _mlflow_warmup._thread is first
+    warmup.start()
+    assert warmup.wait(None)
+    first = warmup._thread
+    warmup.start()
+    warmup.start(open_store=False)
+    assert warmup._thread is first
 
 
 def test_the_data_loaders_run_lookup_passes_over_a_half_imported_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The call's metrics writer (``metrics_writer.py``) with real sockets: batches handed over, put together, flushed,
+"""The call's metrics writer (``_tracking/writer.py``) with real sockets: batches handed over, put together, flushed,
 kept when the store fails, and a rank that cannot reach it writes itself."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import Any, Iterator, List, Tuple
 
 import pytest
 
-from databricks.air.metrics_writer import MetricsWriter, RankSender
+from databricks.air._tracking import wire
+from databricks.air._tracking.wire import RankSender
+from databricks.air._tracking.writer import MetricsWriter
 
 pytest.importorskip("mlflow")
 from mlflow.entities import Metric  # noqa: E402
@@ -158,3 +160,8 @@ def test_close_returns_when_the_accepting_thread_has_already_ended(store: Store)
     closing.join(20)
     assert not closing.is_alive(), "close() waits for a handshake nobody starts"
     rank.close()
+
+
+def test_a_batch_crosses_the_wire_as_it_was_sent() -> None:
+    points = [("loss", 0.5, 1_700_000_000_000, 3), ("lr", 1e-3, 1_700_000_000_001, 3)]
+    assert wire.decode(wire.encode("run-1", points, True)) == ("run-1", points, True)

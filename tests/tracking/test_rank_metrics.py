@@ -1,4 +1,5 @@
-"""The rank's metric buffer (``rank_metrics.py``) on its own: batches, order, failures kept, and what is said."""
+"""The rank's metric buffer (``_tracking/rank_buffer.py``) on its own: batches, order, failures kept, and what is
+said."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import List, Tuple
 
 import pytest
 
-from databricks.air.rank_metrics import MetricBuffer, write_locked_again
+from databricks.air._tracking.rank_buffer import MetricBuffer, write_locked_again
 
 
 class Store:
@@ -103,7 +104,7 @@ def test_what_cannot_be_written_at_the_end_is_counted_on_stderr(capsys: pytest.C
 
 
 def test_a_locked_database_is_tried_again_and_other_errors_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("databricks.air.rank_metrics._LOCKED_RETRY_SECONDS", (0.01, 0.01))
+    monkeypatch.setattr("databricks.air._tracking.rank_buffer._LOCKED_RETRY_SECONDS", (0.01, 0.01))
     calls = []
 
     def locked_twice() -> str:

@@ -1,4 +1,4 @@
-"""The rank side of tracking (``rank_tracking.py``), with real ranks and a real store.
+"""The rank side of tracking (``_tracking/rank_side.py``), with real ranks and a real store.
 
 Whatever a function does with MLflow's fluent run stack, its ranks log into the call's run, and only the call ends
 it; whatever MLflow logging mode a rank uses, every point it logged is in the run when ``.distributed()`` returns,
@@ -364,9 +364,9 @@ def logging_mode() -> Dict[str, Any]:
     return {
         "flushed": flushed,
         "batched": mlflow.log_metric("loss", 1.0, step=1) is not None,  # MLflow returns a future when it queues
-        "buffered": getattr(sys.modules["databricks.air.rank_tracking"]._metrics, "run_id", None)
+        "buffered": getattr(sys.modules["databricks.air._tracking.rank_side"]._metrics, "run_id", None)
         == os.environ["MLFLOW_RUN_ID"],  # in the rank's own buffer, not in MLflow's queue (a future per point)
-        "through the caller": type(getattr(sys.modules["databricks.air.rank_tracking"]._metrics, "_write", None))
+        "through the caller": type(getattr(sys.modules["databricks.air._tracking.rank_side"]._metrics, "_write", None))
         .__name__ == "RankSender",  # written by the call's writer, not in the rank
         "rejected": rejected,
         "buffering": os.environ.get("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"),
@@ -426,7 +426,7 @@ def test_ranks_of_a_later_call_start_with_mlflow_and_its_store_loaded(store: str
 
 
 def test_binding_waits_for_the_import_not_for_a_look_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from databricks.air.rank_tracking import _AfterImport
+    from databricks.air._tracking.rank_side import _AfterImport
 
     (tmp_path / "late_module.py").write_text(textwrap.dedent("VALUE = 1\n"))
     monkeypatch.syspath_prepend(str(tmp_path))

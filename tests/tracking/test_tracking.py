@@ -322,7 +322,7 @@ def test_a_function_that_switches_experiments_gets_a_clear_message(store: str) -
 
 
 def test_a_notebook_names_its_experiment_where_jupyter_says_which_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
-    from databricks.air.tracking import notebook_or_script_name
+    from databricks.air._tracking.call_run import notebook_or_script_name
 
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/projects/Fine Tune LLM.ipynb")
     assert notebook_or_script_name() == "Fine Tune LLM"

@@ -8,7 +8,7 @@ point is one ``deque.append`` (thread-safe and safe in a signal handler, so no l
 passes up to 1,000 points (MLflow's limit for one ``log_batch``) to ``write`` every
 ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (1 s unless the user chose), or sooner when 1,000 are waiting.
 
-``write`` hands the batch to the call's writer in the caller (:mod:`databricks.air.metrics_writer`, which says why
+``write`` hands the batch to the call's writer in the caller (:mod:`databricks.air._tracking.writer`, which says why
 the rank does not write it), or, where the rank cannot reach it, calls MLflow's ``log_batch`` in the rank. A batch
 that SQLite refuses because another writer holds its lock is written again, not dropped. A batch that fails for
 another reason is kept and tried again at the next flush; what cannot be written when the rank ends is said on

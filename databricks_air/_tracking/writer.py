@@ -8,11 +8,11 @@ without it when each rank wrote a batch a second, and 1.06 times when the same p
 The caller is idle while its ranks train, has MLflow loaded, and is one writer: with SQLite, the ranks no longer
 take turns at the file's lock either.
 
-A rank sends each batch (``(key, value, timestamp, step)`` tuples) over a Unix socket of the call, and the writer
-answers ``b"+"`` at once: from then on the batch is the caller's, written before the call ends its run. A batch
-sent by a flush (``mlflow.flush_async_logging()``, the rank's end) is answered only once it and everything before it
-are in the store, or with ``b"-"`` and the error, so that the rank keeps it and says why
-(:mod:`databricks.air.rank_metrics`).
+A rank sends each batch (``(key, value, timestamp, step)`` tuples) over a Unix socket of the call (:mod:`.wire`: the
+messages, and the rank's end), and the writer answers ``b"+"`` at once: from then on the batch is the caller's,
+written before the call ends its run. A batch sent by a flush (``mlflow.flush_async_logging()``, the rank's end) is
+answered only once it and everything before it are in the store, or with ``b"-"`` and the error, so that the rank
+keeps it and says why (:mod:`databricks.air._tracking.rank_buffer`).
 
 The writer puts the ranks' batches together and writes 1,000 points a ``log_batch`` (MLflow's limit): when 1,000
 wait, when a rank flushes, when the oldest has waited ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` times 5 (5 s by
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import pickle
 import shutil
 import secrets
 import socket
@@ -40,21 +39,16 @@ import sys
 import tempfile
 import threading
 import time
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, Listener
 from typing import Any, Callable, List, Optional, Tuple
 
 from databricks.air import _variables
-from databricks.air.rank_metrics import BATCH as _BATCH
-from databricks.air.rank_metrics import attempt, buffering_seconds
+from databricks.air._tracking import wire
+from databricks.air._tracking.rank_buffer import BATCH as _BATCH
+from databricks.air._tracking.rank_buffer import attempt, buffering_seconds
+from databricks.air._tracking.wire import FAILED, OK
 
 _RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
-
-OK = b"+"
-FAILED = b"-"
-
-# (key, value, timestamp in ms, step)
-Point = Tuple[str, float, int, int]
-
 
 class MetricsWriter:
     """Listens for the ranks of one call and writes their batches into the call's run, put together."""
@@ -150,7 +144,7 @@ class MetricsWriter:
         with connection:
             while True:
                 try:
-                    run_id, points, now = pickle.loads(connection.recv_bytes())
+                    run_id, points, now = wire.decode(connection.recv_bytes())
                 except (EOFError, OSError):
                     return  # the rank ended
                 try:
@@ -310,40 +304,3 @@ def _chunks(batches: List[_Batch]) -> List[List[_Batch]]:
         chunks[-1].append(batch)
         size += len(batch.metrics)
     return chunks
-
-
-class RankSender:
-    """In a rank: sends batches to the call's :class:`MetricsWriter`; writes them itself where it cannot."""
-
-    def __init__(self, address: str, authkey: str, write_here: Callable[[str, List[Any]], None]) -> None:
-        self._address = address
-        self._authkey = authkey.encode()
-        self._write_here = write_here
-        self._connection: Optional[Connection] = None
-        self._unreachable = False
-
-    def __call__(self, run_id: str, metrics: List[Any], now: bool = False) -> None:
-        """Hand one batch over; ``now`` (a flush waits for it): return once it is written."""
-        if not self._unreachable:
-            try:
-                answer = self._send(run_id, [(m.key, m.value, m.timestamp, m.step) for m in metrics], now)
-            except (OSError, EOFError) as error:
-                self._unreachable = True  # the caller is gone (or far): from now on, this rank writes
-                print(f"databricks.air: the call's metrics writer cannot be reached ({error!r}); this rank writes "
-                      "its metrics itself", file=sys.stderr)
-            else:
-                if answer != OK:
-                    raise RuntimeError(answer[1:].decode(errors="replace"))
-                return
-        self._write_here(run_id, metrics)
-
-    def _send(self, run_id: str, points: List[Point], now: bool) -> bytes:
-        if self._connection is None:
-            self._connection = Client(self._address, family="AF_UNIX", authkey=self._authkey)
-        try:
-            self._connection.send_bytes(pickle.dumps((run_id, points, now), protocol=pickle.HIGHEST_PROTOCOL))
-            return self._connection.recv_bytes()
-        except BaseException:
-            self._connection.close()
-            self._connection = None
-            raise

@@ -6,7 +6,7 @@
 * a straggler named goes into the handle's :attr:`~databricks.air.asynchronous.DistributedFunctionCall.stragglers`
   (one that ends is the same object, its ``ended_at`` set);
 * each window's figures become metrics of the call's run, its number the step, through the caller's one metrics
-  writer where the call runs one (:mod:`databricks.air.metrics_writer`): ``straggler/late_seconds/rank_<r>``,
+  writer where the call runs one (:mod:`databricks.air._tracking.writer`): ``straggler/late_seconds/rank_<r>``,
   ``straggler/last_fraction/rank_<r>`` and ``collectives_per_second``;
 * the run's tag ``databricks.air.straggler`` holds the rank while one is named, and goes when none is.
 
@@ -22,7 +22,7 @@ STRAGGLER_TAG = "databricks.air.straggler"
 
 
 class StragglerRecord:
-    """Takes the straggler watch's news into ``handle`` and ``run`` (a ``tracking.CallRun``, or ``None``)."""
+    """Takes the straggler watch's news into ``handle`` and ``run`` (a ``call_run.CallRun``, or ``None``)."""
 
     def __init__(self, handle: Any, run: Optional[Any]) -> None:
         self.handle = handle

@@ -137,9 +137,9 @@ def _import_modules() -> None:
     try:
         if importlib.util.find_spec("mlflow") is None:
             return
-        from databricks.air import _mlflow_quiet
+        from databricks.air._tracking import quiet
 
-        with _mlflow_quiet.quiet():
+        with quiet.quiet():
             for name in MODULES:
                 if name.endswith("sqlalchemy_store") and importlib.util.find_spec("sqlalchemy") is None:
                     continue
@@ -270,13 +270,13 @@ def _open_existing_store() -> None:
     checked (MLflow keeps one store per URI, and :func:`make_store_once` notes it open, so the call finds it ready)."""
     import mlflow
 
-    from databricks.air import _mlflow_quiet
+    from databricks.air._tracking import quiet
 
     uri = mlflow.get_tracking_uri()
     path = sqlite_path(uri)
     if path is None or not os.path.isfile(path):
         return
-    with _mlflow_quiet.quiet():
+    with quiet.quiet():
         make_store_once(mlflow, uri)
 
 

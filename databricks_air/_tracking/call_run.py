@@ -26,22 +26,14 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Mapping, Optional
 
-from databricks.air import (
-    _mlflow_quiet,
-    _mlflow_warmup,
-    _notebook,
-    _progress,
-    _settings,
-    _variables,
-    metrics_writer,
-    rank_tracking,
-)
+from databricks.air import _notebook, _settings, _variables
+from databricks.air._tracking import progress, quiet, rank_side, warmup, writer
 from databricks.air._call_folder import SNAPSHOT, CallFolder
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 from databricks.air.version import __version__
 
-DEFAULT_UPLOAD_SECONDS = _settings.DEFAULT_UPLOAD_SECONDS
+DEFAULT_UPLOAD_SECONDS = _settings.LOG_UPLOAD_SECONDS.default
 _TAG_LIMIT = 5000
 
 
@@ -61,8 +53,8 @@ def tracking_enabled() -> bool:
 
 def warm_up() -> None:
     """Import MLflow and open the current store in the background, for a call that may come soon
-    (:mod:`databricks.air._mlflow_warmup`); nothing with tracking off."""
-    _mlflow_warmup.start(open_store=True)
+    (:mod:`databricks.air._tracking.warmup`); nothing with tracking off."""
+    warmup.start(open_store=True)
 
 
 def active_run_id() -> Optional[str]:
@@ -105,7 +97,7 @@ class CallRun:
         self.started = time.time()
         self._uploader: Optional[_LogUploader] = None
         self._monitor: Any = None
-        self._metrics_writer: Optional[metrics_writer.MetricsWriter] = None
+        self._metrics_writer: Optional[writer.MetricsWriter] = None
         self.orphan_sweep: Optional[threading.Thread] = None
         """Ends the runs of this experiment whose callers are gone (:func:`end_orphaned_runs`), in the background."""
 
@@ -132,9 +124,9 @@ class CallRun:
         MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
         says so on a terminal or in a notebook while it lasts."""
         began = time.monotonic()
-        _mlflow_warmup.start(open_store=False)  # begun ahead as a rule (decoration): then this changes nothing
-        if not _mlflow_warmup.wait(deadline):
-            if not _mlflow_warmup.imported():
+        warmup.start(open_store=False)  # begun ahead as a rule (decoration): then this changes nothing
+        if not warmup.wait(deadline):
+            if not warmup.imported():
                 raise _set_up_timeout(name, timeout, f"MLflow's import did not end within {_since(began)}")
             uri = sys.modules["mlflow"].get_tracking_uri()
             raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer within {_since(began)}")
@@ -150,7 +142,7 @@ class CallRun:
                                   "make the run")
         opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline)
         try:
-            with _progress.transient(_creating_store_note(uri)):
+            with progress.transient(_creating_store_note(uri)):
                 opened = opening.result(deadline)
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
@@ -172,9 +164,9 @@ class CallRun:
         registry_uri: Optional[str],
         deadline: Optional[float],
     ) -> "CallRun":
-        with _mlflow_quiet.quiet():
+        with quiet.quiet():
             _check_reachable(uri, deadline)
-            _mlflow_warmup.make_store_once(mlflow, uri)
+            warmup.make_store_once(mlflow, uri)
             return cls._open(mlflow, uri, name, params, parent_run_id, registry_uri)
 
     @classmethod
@@ -226,17 +218,17 @@ class CallRun:
 
     def environ_for_ranks(self, caller_environ: Mapping[str, str]) -> Dict[str, str]:
         """What the ranks of a ``.distributed()`` call get on top of ``caller_environ``: this run
-        (:meth:`rank_environ`), tracking's rank side (:mod:`databricks.air.rank_tracking`) as a rank hook, and
+        (:meth:`rank_environ`), tracking's rank side (:mod:`databricks.air._tracking.rank_side`) as a rank hook, and
         MLflow settings the caller left unset:
 
         * ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: each rank hands its queued metrics on once a second
-          (:mod:`databricks.air.rank_metrics`, to the call's writer when :meth:`start_metrics_writer` started one;
-          MLflow's asynchronous logging batches alike, where a rank uses it), not one per point;
+          (:mod:`databricks.air._tracking.rank_buffer`, to the call's writer when :meth:`start_metrics_writer`
+          started one; MLflow's asynchronous logging batches alike, where a rank uses it), not one per point;
         * ``MLFLOW_REGISTRY_URI``: the caller's registry; left unset, MLflow looks for a Spark session (a failed
           ``import pyspark`` of about 1 ms) in every fluent call, which is most of what ``log_metric`` costs.
         """
         environ = self.rank_environ()
-        environ[_variables.RANK_HOOKS] = rank_tracking.__name__
+        environ[_variables.RANK_HOOKS] = rank_side.__name__
         if self._metrics_writer is not None:
             environ.update(self._metrics_writer.environ())
         if self.snapshot:
@@ -289,11 +281,10 @@ class CallRun:
             if switched_off(_variables.SYSTEM_METRICS):
                 return
             try:
-                interval = _settings.seconds(os.environ, _variables.SYSTEM_METRICS_SECONDS,
-                                             _settings.DEFAULT_SYSTEM_METRICS_SECONDS, positive=True)
+                interval = _settings.SYSTEM_METRICS_SECONDS.read(os.environ)
             except RuntimeConfigurationError as error:
                 print(f"databricks.air: {error}", file=sys.stderr)
-                interval = _settings.DEFAULT_SYSTEM_METRICS_SECONDS
+                interval = _settings.SYSTEM_METRICS_SECONDS.default
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
         try:
@@ -301,7 +292,7 @@ class CallRun:
         except ImportError:
             return
         try:
-            with _mlflow_quiet.quiet():
+            with quiet.quiet():
                 self._monitor = SystemMetricsMonitor(
                     self.run_id, sampling_interval=interval, node_id="node_0", tracking_uri=self.tracking_uri
                 )
@@ -311,13 +302,13 @@ class CallRun:
             print(f"databricks.air: no system metrics: {error}", file=sys.stderr)
 
     def start_metrics_writer(self) -> None:
-        """Write the ranks' per-step metrics here, in the caller (:mod:`databricks.air.metrics_writer` says why);
+        """Write the ranks' per-step metrics here, in the caller (:mod:`databricks.air._tracking.writer` says why);
         :meth:`environ_for_ranks` then tells the ranks where to send them."""
 
         def write(run_id: str, metrics: list) -> None:
             self.client.log_batch(run_id, metrics=metrics, synchronous=True)
 
-        self._metrics_writer = metrics_writer.MetricsWriter(self.run_id, write)
+        self._metrics_writer = writer.MetricsWriter(self.run_id, write)
 
     def start_log_uploads(self, log_dir: str, interval: float = DEFAULT_UPLOAD_SECONDS) -> None:
         """Upload ``rank_<r>.txt`` files every ``interval`` seconds (``DATABRICKS_AIR_LOG_UPLOAD_SECONDS``) while
@@ -366,7 +357,7 @@ class CallRun:
 
     def close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException] = None) -> None:
         """Final log upload, duration, failure report; then the run's end status."""
-        with _mlflow_quiet.quiet():
+        with quiet.quiet():
             self._close(status, log_dir, failure)
 
     def _close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
@@ -430,7 +421,7 @@ def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
     host = socket.gethostname().replace("'", "")
     ended: List[str] = []
     try:
-        with _mlflow_quiet.quiet():
+        with quiet.quiet():
             runs = client.search_runs(
                 [experiment_id],
                 filter_string=f"attributes.status = 'RUNNING' and tags.`databricks.air.host` = '{host}'",
@@ -551,7 +542,7 @@ def _end_abandoned(run: "CallRun", status: str) -> None:
     """End a run whose call gave up waiting for it: FAILED after its timeout, KILLED after an interrupt; saying why."""
     why = "its timeout passed" if status == "FAILED" else "it was interrupted"
     try:
-        with _mlflow_quiet.quiet():
+        with quiet.quiet():
             run.client.set_tag(run.run_id, "databricks.air.failure",
                                f"the call stopped waiting for its MLflow run ({why}) before the store made it; no "
                                "rank was started")
@@ -576,7 +567,7 @@ def _set_up_timeout(name: str, timeout: Optional[float], what: str) -> LocalExec
 
 def _creating_store_note(uri: str) -> Optional[str]:
     """What to show while a SQLite store that does not exist yet is made, or ``None`` for any other store."""
-    path = _mlflow_warmup.sqlite_path(uri)
+    path = warmup.sqlite_path(uri)
     if path is None or os.path.exists(path):
         return None
     return f"databricks.air: creating the MLflow store {path} (the first call only)..."

@@ -1,6 +1,6 @@
 """The rank side of tracking: what a rank logs with ``mlflow`` lands in the call's run, fast, and none of it is lost.
 
-The caller (:meth:`databricks.air.tracking.CallRun.environ_for_ranks`) names this module as a rank hook
+The caller (:meth:`databricks.air._tracking.call_run.CallRun.environ_for_ranks`) names this module as a rank hook
 (:mod:`databricks.air._engine.rank_hooks`), so the engine calls :func:`rank_started` before the function and
 :func:`rank_ending` when the rank ends: after the function returned or raised, and when the launcher stops the
 rank with SIGTERM (another rank failed, the timeout, an interrupt).
@@ -18,8 +18,8 @@ has not preloaded it):
   experiment ``lightning_logs``): one made without ``run_id`` and ``experiment_name`` is given the call's run.
 * **Per-step metrics cost microseconds.** ``mlflow.log_metric`` and ``mlflow.log_metrics`` into the call's run
   are queued in the rank and handed to the call's writer every ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS`` (which
-  the caller sets to 1 unless the user chose; :mod:`databricks.air.rank_metrics` says why MLflow's own
-  asynchronous queue is not enough, :mod:`databricks.air.metrics_writer` why the caller writes): a synchronous
+  the caller sets to 1 unless the user chose; :mod:`databricks.air._tracking.rank_buffer` says why MLflow's own
+  asynchronous queue is not enough, :mod:`databricks.air._tracking.writer` why the caller writes): a synchronous
   call is a store transaction (about 5-20 ms with SQLite, a network round trip with a server), and every rank
   writing one per step into one SQLite file spends most of the step waiting on its lock. The metric is validated
   first, so bad input still raises at the call, as it would synchronously. Metrics for another run, a model or a
@@ -44,7 +44,8 @@ import sys
 import types
 from typing import Any, Callable, Optional, Sequence
 
-from databricks.air import _variables, rank_metrics
+from databricks.air import _variables
+from databricks.air._tracking import rank_buffer
 
 _RUN_ID = "MLFLOW_RUN_ID"
 _EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
@@ -271,7 +272,7 @@ def _bind_lightning(module: types.ModuleType) -> None:
 
 # --- metrics, batched ------------------------------------------------------------------------------------------------
 
-_metrics: Optional[rank_metrics.MetricBuffer] = None  # the call's run's points, once one was logged
+_metrics: Optional[rank_buffer.MetricBuffer] = None  # the call's run's points, once one was logged
 
 
 def _batched() -> bool:
@@ -279,7 +280,7 @@ def _batched() -> bool:
     return _ASYNC_LOGGING not in os.environ
 
 
-def _buffer(fluent: types.ModuleType) -> rank_metrics.MetricBuffer:
+def _buffer(fluent: types.ModuleType) -> rank_buffer.MetricBuffer:
     global _metrics
     if _metrics is None or _metrics.run_id != _call_run_id:
 
@@ -289,12 +290,12 @@ def _buffer(fluent: types.ModuleType) -> rank_metrics.MetricBuffer:
 
         address = os.environ.get(_variables.METRICS_ADDRESS)
         write = write_here
-        if address:  # the caller writes (metrics_writer says why); a rank that cannot reach it writes here
-            from databricks.air.metrics_writer import RankSender
+        if address:  # the caller writes (writer.py says why); a rank that cannot reach it writes here
+            from databricks.air._tracking.wire import RankSender
 
             write = RankSender(address, os.environ.get(_variables.METRICS_KEY, ""), write_here)
         assert _call_run_id is not None  # (metrics are buffered only in a rank of a call with a run)
-        _metrics = rank_metrics.MetricBuffer(_call_run_id, write)
+        _metrics = rank_buffer.MetricBuffer(_call_run_id, write)
     return _metrics
 
 
@@ -410,7 +411,8 @@ def _flush_with_the_stores() -> None:
 
 def _retry_locked_batches() -> None:
     """Make the stores' asynchronous writers try a batch again while SQLite says the database is locked
-    (:func:`databricks.air.rank_metrics.write_locked_again`): MLflow's async queue logs a failed batch and drops it.
+    (:func:`databricks.air._tracking.rank_buffer.write_locked_again`): MLflow's async queue logs a failed batch and
+    drops it.
     """
     from mlflow.store.tracking.abstract_store import AbstractStore
 
@@ -433,7 +435,7 @@ def _retry_locked_batches() -> None:
 def _retrying(write: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(write)
     def write_batch(*args: Any, **kwargs: Any) -> Any:
-        return rank_metrics.write_locked_again(lambda: write(*args, **kwargs))
+        return rank_buffer.write_locked_again(lambda: write(*args, **kwargs))
 
     write_batch._databricks_air = True  # type: ignore[attr-defined]
     return write_batch
