@@ -1,4 +1,6 @@
-"""Shipping function and arguments: what cannot be pickled is named before any process starts."""
+"""Shipping function and arguments: what cannot be pickled is named before any rank starts.
+
+(The pool's rank server may start meanwhile: it imports torch while the call pickles, and the next call uses it.)"""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import psutil
 import pytest
 
 from databricks.air import distributed
+from databricks.air._engine import rank_server_handle
 from databricks.air.exceptions import SerializationError
 
 cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)
@@ -35,7 +38,9 @@ def uses_big() -> int:
 
 
 def _children() -> set:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """This process's descendants, but for the pool's warm rank servers themselves (not what they fork: the ranks)."""
+    servers = {handle.process.pid for handle in list(rank_server_handle._live_handles)}
+    return {p.pid for p in psutil.Process().children(recursive=True)} - servers
 
 
 @pytest.fixture
