@@ -38,6 +38,7 @@ from databricks.air._switches import switched_on
 from databricks.air.asynchronous import DistributedFunctionCall
 from databricks.air.compute import AcceleratorType, GPUType, get_gpus_per_node
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
+from databricks.air._notices import PREFIX, notice
 
 __all__ = ["distributed"]
 
@@ -289,20 +290,12 @@ class DistributedFunction:
             if call.kind == "CPU" or simulated is not None:
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             where = f" (simulated: {_variables.SIMULATE_GPUS}={simulated}, ranks run on CPUs)" if simulated else ""
-            print(
-                f"databricks.air: running {name} on {self.num_accelerators} {call.kind} rank(s){where}; logs: "
-                f"{log_dir} ({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})",
-                file=sys.stderr,
-                flush=True,
-            )
+            notice(f"running {name} on {self.num_accelerators} {call.kind} rank(s){where}; logs: "
+                f"{log_dir} ({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})")
             if background and not _said_once.get("background"):  # once per process: a sweep submits dozens
                 _said_once["background"] = True
-                print(
-                    f"databricks.air: {name} runs in the background; a submitted call's rank 0 output shows while a "
-                    "cell waits in its result(), and every rank's output is in its log folder",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                notice(f"{name} runs in the background; a submitted call's rank 0 output shows while a "
+                    "cell waits in its result(), and every rank's output is in its log folder")
             if run is not None:
                 run.show()
                 if prepared.calls.runs_here:  # ranks elsewhere cannot reach the caller's writer: they write their own
@@ -444,14 +437,14 @@ def _closing_line(
 def _ending(name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool) -> str:
     took = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     if status == "FINISHED":
-        return f"databricks.air: {name} finished in {took}"
+        return PREFIX + f"{name} finished in {took}"
     if status == "KILLED" and cancelled:
-        return f"databricks.air: {name} was cancelled after {took}; every rank was stopped"
+        return PREFIX + f"{name} was cancelled after {took}; every rank was stopped"
     if status == "KILLED":
-        return f"databricks.air: {name} was interrupted after {took}; every rank was stopped"
+        return PREFIX + f"{name} was interrupted after {took}; every rank was stopped"
     if isinstance(failure, LocalExecutionTimeoutError):
-        return f"databricks.air: {name} timed out after {took}; every rank was stopped"
-    return f"databricks.air: {name} failed after {took}"
+        return PREFIX + f"{name} timed out after {took}; every rank was stopped"
+    return PREFIX + f"{name} failed after {took}"
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -254,3 +254,10 @@ def test_the_files_of_a_calls_log_folder_are_named_in_call_folder_py_only() -> N
         if LOG_FOLDER_NAMES.fullmatch(node.value)
     ]
     assert spelled == [], "name these through databricks.air._call_folder.CallFolder:\n" + "\n".join(spelled)
+
+
+def test_the_prefix_of_the_librarys_own_lines_is_spelled_in_notices_py_only() -> None:
+    spelled = [f"{where(path, node)}: {node.value!r}" for path in python_files(PACKAGE)
+               if path != PACKAGE / "_notices.py"
+               for node in strings_in_code(parsed(path)) if node.value.startswith("databricks.air: ")]
+    assert spelled == [], "write these with databricks.air._notices (notice, prefixed or PREFIX):\n" + "\n".join(spelled)

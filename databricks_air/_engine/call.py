@@ -52,6 +52,7 @@ from databricks.air._engine.output import RankOutput, make_outputs
 from databricks.air._engine.snapshot import GroupPosition, RankSnapshot
 from databricks.air._engine.stop_report import StopReport
 from databricks.air._engine.supervision import RankSupervisor, StopReason
+from databricks.air._notices import PREFIX, notice
 
 if TYPE_CHECKING:
     from databricks.air._engine.restarts import Restart
@@ -309,7 +310,7 @@ class Call(abc.ABC):
                 return None  # this way of starting ranks cannot look at them
             report = stop_report.build(reason, self.outcomes, snapshots, folder)
         except Exception as error:  # noqa: BLE001 - a failed look must never keep the ranks from being stopped
-            print(f"databricks.air: could not take a snapshot of the ranks: {error!r}", file=sys.stderr, flush=True)
+            notice(f"could not take a snapshot of the ranks: {error!r}")
             return None
         if reason is StopReason.INTERRUPT:  # shown before KeyboardInterrupt propagates
             print(report.text(), file=sys.stderr, flush=True)
@@ -321,7 +322,7 @@ class Call(abc.ABC):
             try:
                 self.launch.on_report(report)
             except Exception as error:  # noqa: BLE001 - keeping it elsewhere is a nicety
-                print(f"databricks.air: could not keep the snapshot: {error!r}", file=sys.stderr, flush=True)
+                notice(f"could not keep the snapshot: {error!r}")
 
     def _watch_for_stalls(self) -> None:
         """Now and then, ask the ranks how far they got; warn once per stall (the call goes on)."""
@@ -343,7 +344,7 @@ class Call(abc.ABC):
             return
         self._stall_reports += 1
         report = self._snapshot_and_report(running, StopReason.STALL, self.folder.stall(self._stall_reports))
-        warning = f"databricks.air: warning: {self.launch.name} looks stalled: {stall.describe()}."
+        warning = PREFIX + f"warning: {self.launch.name} looks stalled: {stall.describe()}."
         body = report.text() if report is not None else ""
         print(f"{warning}\n{body}".rstrip(), file=sys.stderr, flush=True)
 

@@ -23,6 +23,7 @@ from databricks.air.exceptions import (
     SerializationError,
     combine_with_rank_exception,
 )
+from databricks.air._notices import PREFIX
 
 
 def rank_exception(outcome: RankOutcome, world_size: int) -> BaseException:
@@ -253,7 +254,7 @@ def keep_tracebacks_in_logs(outcomes: Iterable[RankOutcome]) -> None:
         if outcome.kind is OutcomeKind.RAISED and record.traceback:
             text = record.traceback
         elif outcome.kind is OutcomeKind.UNPICKLABLE_RESULT and record.message:
-            text = f"databricks.air: {record.message}"
+            text = PREFIX + f"{record.message}"
         else:
             continue
         try:

@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from typing import Any, List, Mapping, Optional, Type
 
@@ -36,6 +35,7 @@ from databricks.air._engine import gpu_leases, restarts
 from databricks.air._engine.call import Call, Launch
 from databricks.air._engine.local_call import LocalCall
 from databricks.air.exceptions import LocalExecutionTimeoutError
+from databricks.air._notices import notice
 
 __all__ = ["Call", "Launch", "call_class", "leasable_gpus", "run", "simulated_gpus"]
 
@@ -91,13 +91,9 @@ def run(launch: Launch, calls: Type[Call] = LocalCall) -> List[Any]:
                 raise
             history.append(decision)
             restarts.keep_attempt(launch.log_dir, attempt.attempt)
-            print(
-                f"databricks.air: {decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
+            notice(f"{decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
                 f"{restarts.resuming_from(launch.log_dir)} (attempt {attempt.attempt}'s logs: "
-                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})",
-                file=sys.stderr,
-                flush=True,
-            )
+                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})")
             if launch.on_restart is not None:
                 launch.on_restart(decision)
             attempt = dataclasses.replace(attempt, attempt=attempt.attempt + 1)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -39,6 +38,7 @@ from databricks.air.exceptions import (
     RuntimeConfigurationError,
     WorkloadCreationError,
 )
+from databricks.air._notices import notice
 
 START_METHODS = ("fork", "spawn")
 _DRAIN_SECONDS = 2.0
@@ -142,7 +142,7 @@ class LocalCall(Call):
         launch = self.launch
 
         def queued(what: str) -> None:
-            print(f"databricks.air: {launch.name} is {what}", file=sys.stderr, flush=True)
+            notice(f"{launch.name} is {what}")
             if launch.on_queued is not None:
                 launch.on_queued(what)
 

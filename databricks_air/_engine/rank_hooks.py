@@ -20,12 +20,12 @@ import importlib
 import os
 import signal
 import socket
-import sys
 import threading
 from types import ModuleType
 from typing import List, Optional
 
 from databricks.air import _variables
+from databricks.air._notices import notice
 
 _hooks: List[ModuleType] = []
 _lock = threading.Lock()  # rank_ending() never runs twice at the same time
@@ -56,7 +56,7 @@ def end() -> None:
                 try:
                     hook.rank_ending()
                 except Exception as error:  # noqa: BLE001 - one hook's trouble must not cost the others' ends
-                    print(f"databricks.air: {hook.__name__}.rank_ending() failed: {error!r}", file=sys.stderr)
+                    notice(f"{hook.__name__}.rank_ending() failed: {error!r}")
         finally:
             _ending_in = None
 

@@ -21,9 +21,10 @@ from databricks.air._engine import hang_report
 from databricks.air._engine.outcome import OutcomeKind, RankOutcome, describe_status
 from databricks.air._engine.snapshot import RankSnapshot
 from databricks.air._engine.supervision import StopReason
+from databricks.air._notices import PREFIX
 
 HEADINGS: Dict[StopReason, str] = {
-    StopReason.INTERRUPT: "databricks.air: interrupted. Where the ranks were:",
+    StopReason.INTERRUPT: PREFIX + "interrupted. Where the ranks were:",
     StopReason.TIMEOUT: "Where the ranks were when the time was up:",
     StopReason.STALL: "Where the ranks are (the call goes on):",
     StopReason.FAILURE: "Where the ranks were:",

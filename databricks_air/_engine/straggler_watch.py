@@ -37,6 +37,7 @@ from databricks.air._call_folder import CallFolder
 from databricks.air._engine import hang_report, stragglers
 from databricks.air._engine.snapshot import RankSnapshot
 from databricks.air._engine.stragglers import DataWait, Issued, Straggler, Window
+from databricks.air._notices import notice
 
 if TYPE_CHECKING:
     from databricks.air._engine.call import Call
@@ -96,7 +97,7 @@ class StragglerWatch:
             self.look(call)
         except Exception as error:  # noqa: BLE001 - the watch is a help, never a reason for the call to fail
             self.seconds = 0
-            print(f"databricks.air: the straggler watch stopped: {error!r}", file=sys.stderr, flush=True)
+            notice(f"the straggler watch stopped: {error!r}")
 
     def look(self, call: "Call") -> Optional[News]:
         """Ask the running ranks, take in their answers, and decide when there is enough for a window."""
@@ -175,14 +176,14 @@ class StragglerWatch:
                 cause=stragglers.cause(stats, others), data_wait_per_step=stats.data_wait_per_step,
             )
             self.stragglers.append(named)
-            print(f"databricks.air: {named.describe()}", file=sys.stderr, flush=True)
+            notice(f"{named.describe()}")
         news = News(window, named, ended)
         self._write()
         if self.on_news is not None:
             try:
                 self.on_news(news)
             except Exception as error:  # noqa: BLE001 - keeping it elsewhere is a nicety
-                print(f"databricks.air: could not keep the straggler figures: {error!r}", file=sys.stderr, flush=True)
+                notice(f"could not keep the straggler figures: {error!r}")
         return news
 
     def _where(self, call: "Call", rank: int) -> str:

@@ -27,6 +27,7 @@ import dataclasses
 import statistics
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from databricks.air._notices import PREFIX
 
 LAST_SHARE = 0.8
 """A straggler is last into at least this share of a window's collectives..."""
@@ -312,8 +313,8 @@ def _keeps(window: Window, stats: RankStats) -> bool:
 def ended_line(rank: int, stats: Optional[RankStats], window: Window) -> str:
     """The line that says a named straggler no longer is one."""
     if stats is None or not stats.collectives:
-        return f"databricks.air: rank {rank} is no longer a straggler"
-    return (f"databricks.air: rank {rank} is no longer a straggler (last into {_percent(stats.last_fraction)} of "
+        return PREFIX + f"rank {rank} is no longer a straggler"
+    return (PREFIX + f"rank {rank} is no longer a straggler (last into {_percent(stats.last_fraction)} of "
             f"{_count(window.collectives, window.op)}, {stats.late_seconds:.2f} s late)")
 
 

@@ -9,12 +9,12 @@ waits, within its timeout, and says once what it is waiting for.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError
+from databricks.air._notices import notice
 
 PACK, SPREAD, STRICT_PACK, STRICT_SPREAD = "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"
 """Ray's placement strategies."""
@@ -48,11 +48,7 @@ def reserve(
                 )
             if not noted and now - started >= NOTE_AFTER_SECONDS:
                 noted = True
-                print(
-                    f"databricks.air: waiting for the Ray cluster to free {what} for {name} (other work holds them)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                notice(f"waiting for the Ray cluster to free {what} for {name} (other work holds them)")
     except BaseException:
         release(group)
         raise

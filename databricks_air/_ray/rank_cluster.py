@@ -32,6 +32,7 @@ from databricks.air._engine.processes import free_port, listen
 from databricks.air._ray import loopback_node, session
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RayInitializationError
+from databricks.air._notices import notice
 
 HEAD_KEY = "databricks.air/ray-head"
 DONE_KEY = "databricks.air/ray-done"
@@ -76,7 +77,7 @@ def _drive(func: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, An
     try:
         if store is not None:
             store.set(HEAD_KEY, head.address)
-        print(f"databricks.air: ray_launch started a Ray cluster; its head is {head.address}", file=sys.stderr)
+        notice(f"ray_launch started a Ray cluster; its head is {head.address}")
         os.environ["RAY_ADDRESS"] = head.address
         session.ray_init(address=head.address)
         _wait_for_nodes(ray, nodes, head)

@@ -19,7 +19,6 @@ whose paths mean nothing on another machine.
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -36,6 +35,7 @@ from databricks.air._ray.rank_layout import Place, Slot, arrange, rank_environ
 from databricks.air._ray.request import RankRequest
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import LocalExecutionTimeoutError, WorkloadCreationError
+from databricks.air._notices import notice
 
 _POLL_SECONDS = 0.5
 _CLOSE_SECONDS = 5.0
@@ -113,7 +113,7 @@ class RayCall(Call):
         for place, pid in zip(self.places, pids):
             log_path = self.outputs[place.rank].log_path
             self.outcomes[place.rank] = RankOutcome(rank=place.rank, pid=pid, log_path=log_path)
-        print(f"databricks.air: {self._describe_places()}", file=sys.stderr, flush=True)
+        notice(f"{self._describe_places()}")
 
     def _get_all(self, refs: List[Any], deadline: Optional[float], doing: str) -> List[Any]:
         """``ray.get(refs)`` within the call's timeout; a Ray failure here means the cluster could not do ``doing``."""

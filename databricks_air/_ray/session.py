@@ -18,7 +18,6 @@ import html
 import logging
 import os
 import socket
-import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from databricks.air import _notebook
@@ -26,6 +25,7 @@ from databricks.air._engine.processes import LOOPBACK
 from databricks.air._engine.user_folder import user_folder
 from databricks.air._ray.require import import_ray
 from databricks.air.exceptions import RayConnectionError, RuntimeConfigurationError
+from databricks.air._notices import PREFIX, notice
 
 ADDRESS_VARIABLE = "RAY_ADDRESS"
 LOCAL_DASHBOARD_HOST = LOOPBACK
@@ -64,8 +64,8 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
             ) from error
         raise
     if working_dir:
-        print(f"databricks.air: the working directory {working_dir} goes to every node of the Ray cluster (pass "
-              'runtime_env={"working_dir": None} to ray_init to ship nothing)', file=sys.stderr, flush=True)
+        notice(f"the working directory {working_dir} goes to every node of the Ray cluster (pass "
+              'runtime_env={"working_dir": None} to ray_init to ship nothing)')
     show_dashboard(getattr(context, "dashboard_url", None))
     return context
 
@@ -200,4 +200,4 @@ def show_dashboard(address: Optional[str]) -> None:
         return
     url = address if "://" in address else f"http://{address}"
     link = f'<a href="{html.escape(url)}" target="_blank">{html.escape(url)}</a>'
-    _notebook.show(f"Ray dashboard: {link}", f"databricks.air: Ray dashboard: {url}")
+    _notebook.show(f"Ray dashboard: {link}", PREFIX + f"Ray dashboard: {url}")

@@ -32,6 +32,7 @@ from databricks.air._call_folder import SNAPSHOT, CallFolder
 from databricks.air._switches import switched_off
 from databricks.air.exceptions import LocalExecutionTimeoutError, RuntimeConfigurationError
 from databricks.air.version import __version__
+from databricks.air._notices import PREFIX, notice
 
 DEFAULT_UPLOAD_SECONDS = _settings.LOG_UPLOAD_SECONDS.default
 _TAG_LIMIT = 5000
@@ -265,7 +266,7 @@ class CallRun:
                 f"<code>{html.escape(self.tracking_uri)}</code>; to see it: <code>{html.escape(command)}</code>"
             )
         metadata = {"databricks.air": {"run_id": self.run_id}}
-        _notebook.show(body, f"databricks.air: {self.describe()}", metadata=metadata)
+        _notebook.show(body, PREFIX + f"{self.describe()}", metadata=metadata)
 
     # --- logs and the end ----------------------------------------------------------------------------------------
 
@@ -283,7 +284,7 @@ class CallRun:
             try:
                 interval = _settings.SYSTEM_METRICS_SECONDS.read(os.environ)
             except RuntimeConfigurationError as error:
-                print(f"databricks.air: {error}", file=sys.stderr)
+                notice(f"{error}")
                 interval = _settings.SYSTEM_METRICS_SECONDS.default
         if importlib.util.find_spec("psutil") is None:  # the monitor's own requirement
             return
@@ -299,7 +300,7 @@ class CallRun:
                 self._monitor.start()
         except Exception as error:  # noqa: BLE001 - metrics are a nicety, never a reason to fail a call
             self._monitor = None
-            print(f"databricks.air: no system metrics: {error}", file=sys.stderr)
+            notice(f"no system metrics: {error}")
 
     def start_metrics_writer(self) -> None:
         """Write the ranks' per-step metrics here, in the caller (:mod:`databricks.air._tracking.writer` says why);
@@ -349,7 +350,7 @@ class CallRun:
                                 f"{decision.cause}: {decision.why}"[:_TAG_LIMIT])
             self.client.log_metric(self.run_id, "restarts", number, step=number)
         except Exception as error:  # noqa: BLE001 - the store's trouble must not stop the restart
-            print(f"databricks.air: could not record restart {number} in the MLflow run: {error}", file=sys.stderr)
+            notice(f"could not record restart {number} in the MLflow run: {error}")
 
     def upload_logs(self, log_dir: str) -> None:
         for path in CallFolder(log_dir).rank_logs():
@@ -479,7 +480,7 @@ class _LogUploader(threading.Thread):
             try:
                 self._run.upload_logs(self._log_dir)
             except Exception as error:  # noqa: BLE001 - a failed upload must not end the call
-                print(f"databricks.air: could not upload logs to MLflow: {error}", file=sys.stderr)
+                notice(f"could not upload logs to MLflow: {error}")
 
     def stop(self) -> None:
         self._stopped.set()
@@ -570,7 +571,7 @@ def _creating_store_note(uri: str) -> Optional[str]:
     path = warmup.sqlite_path(uri)
     if path is None or os.path.exists(path):
         return None
-    return f"databricks.air: creating the MLflow store {path} (the first call only)..."
+    return PREFIX + f"creating the MLflow store {path} (the first call only)..."
 
 
 HEALTH_CHECK_SECONDS = 5.0

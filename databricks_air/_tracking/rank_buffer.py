@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple
+from databricks.air._notices import notice
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -85,11 +85,8 @@ class MetricBuffer:
                 self._flushes.wait(0.5)
         left = len(self._points)
         if left and final:
-            print(
-                f"databricks.air: {left} metric point(s) could not be written to MLflow run {self.run_id} "
-                f"(see the error above); they are lost",
-                file=sys.stderr,
-            )
+            notice(f"{left} metric point(s) could not be written to MLflow run {self.run_id} "
+                f"(see the error above); they are lost")
 
     # --- the writer ---------------------------------------------------------------------------------------------
 
@@ -149,11 +146,8 @@ class MetricBuffer:
 
     def _say(self, error: BaseException) -> None:
         if not self._failed_before:  # once per outage, not once a second
-            print(
-                f"databricks.air: could not write {len(self._points)} metric point(s) to MLflow run {self.run_id} "
-                f"({type(error).__name__}: {error}); they are kept and written again",
-                file=sys.stderr,
-            )
+            notice(f"could not write {len(self._points)} metric point(s) to MLflow run {self.run_id} "
+                f"({type(error).__name__}: {error}); they are kept and written again")
         self._failed_before = True
 
 

@@ -46,6 +46,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from databricks.air import _variables
 from databricks.air._tracking import rank_buffer
+from databricks.air._notices import notice
 
 _RUN_ID = "MLFLOW_RUN_ID"
 _EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
@@ -103,7 +104,7 @@ def _bind_or_say(mlflow: types.ModuleType) -> None:
     try:
         _bind(mlflow)
     except Exception as error:  # noqa: BLE001 - an MLflow we do not know: logging still works, unguarded
-        print(f"databricks.air: this rank's MLflow calls are not bound to the call's run ({error!r})", file=sys.stderr)
+        notice(f"this rank's MLflow calls are not bound to the call's run ({error!r})")
 
 
 def _bind(mlflow: types.ModuleType) -> None:

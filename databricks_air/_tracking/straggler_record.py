@@ -15,8 +15,8 @@ A store that fails is said once; the call goes on.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
+from databricks.air._notices import notice
 
 STRAGGLER_TAG = "databricks.air.straggler"
 
@@ -42,5 +42,4 @@ class StragglerRecord:
                 self.run.client.delete_tag(self.run.run_id, STRAGGLER_TAG)
         except Exception as error:  # noqa: BLE001 - the run's store must never stop the call
             self._failed = True
-            print(f"databricks.air: could not record the straggler figures in the MLflow run: {error}",
-                  file=sys.stderr, flush=True)
+            notice(f"could not record the straggler figures in the MLflow run: {error}")

@@ -10,9 +10,9 @@ error, and the rank keeps the batch. Here is only what the ranks need: they neve
 from __future__ import annotations
 
 import pickle
-import sys
 from multiprocessing.connection import Client, Connection
 from typing import Any, Callable, List, Optional, Tuple
+from databricks.air._notices import notice
 
 OK = b"+"
 FAILED = b"-"
@@ -49,8 +49,8 @@ class RankSender:
                 answer = self._send(run_id, [(m.key, m.value, m.timestamp, m.step) for m in metrics], now)
             except (OSError, EOFError) as error:
                 self._unreachable = True  # the caller is gone (or far): from now on, this rank writes
-                print(f"databricks.air: the call's metrics writer cannot be reached ({error!r}); this rank writes "
-                      "its metrics itself", file=sys.stderr)
+                notice(f"the call's metrics writer cannot be reached ({error!r}); this rank writes "
+                      "its metrics itself")
             else:
                 if answer != OK:
                     raise RuntimeError(answer[1:].decode(errors="replace"))

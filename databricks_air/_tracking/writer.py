@@ -35,7 +35,6 @@ import os
 import shutil
 import secrets
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -47,6 +46,7 @@ from databricks.air._tracking import wire
 from databricks.air._tracking.rank_buffer import BATCH as _BATCH
 from databricks.air._tracking.rank_buffer import attempt, buffering_seconds
 from databricks.air._tracking.wire import FAILED, OK
+from databricks.air._notices import notice
 
 _RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
 
@@ -185,11 +185,8 @@ class MetricsWriter:
             kept = self._write_batches(batches, attempts=3 if closing else 1)
             if closing:
                 if kept:
-                    print(
-                        f"databricks.air: {sum(len(b.metrics) for b in kept)} metric point(s) the ranks logged could "
-                        f"not be written to MLflow run {self.run_id} (see the error above); they are lost",
-                        file=sys.stderr,
-                    )
+                    notice(f"{sum(len(b.metrics) for b in kept)} metric point(s) the ranks logged could "
+                        f"not be written to MLflow run {self.run_id} (see the error above); they are lost")
                 return
             if kept:
                 with self._changed:
@@ -207,8 +204,8 @@ class MetricsWriter:
                 self._failed_before = False
             elif not self._failed_before:  # once per outage
                 self._failed_before = True
-                print(f"databricks.air: could not write the ranks' metrics to MLflow run {self.run_id} "
-                      f"({type(error).__name__}: {error}); they are kept and written again", file=sys.stderr)
+                notice(f"could not write the ranks' metrics to MLflow run {self.run_id} "
+                      f"({type(error).__name__}: {error}); they are kept and written again")
             for batch in chunk:
                 if error is not None and not batch.waited_for:
                     kept.append(batch)
