@@ -8,7 +8,6 @@ small process forks the command instead, so what it reports is the command's own
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys

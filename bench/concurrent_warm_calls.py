@@ -41,7 +41,7 @@ from typing import Callable, List, Set
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
+import _machine
 
 THREADS = 4
 ROUNDS = 5

@@ -49,7 +49,7 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
+import _machine
 
 PYTHON = sys.executable
 NOTEBOOK_DELAY = 6.0

@@ -34,8 +34,8 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
-from ddp_step_overhead import SHAPES, ddp_loop  # noqa: E402
+import _machine
+from ddp_step_overhead import SHAPES, ddp_loop
 
 RANKS = 2
 CALLS = 15
@@ -103,7 +103,7 @@ def main() -> None:
           f"{rate[True] / rate[False]:>8.3f}   target >= 0.97   {'PASS' if rate[True] / rate[False] >= 0.97 else 'MISS'}")
     print(f"  {'DDP steps per CPU second':<44} {cpu[True]:>10.1f} {cpu[False]:>10.1f} "
           f"{cpu[True] / cpu[False]:>8.3f}   (info: insensitive to other load)")
-    print(f"\n  per round, warm call ms on/off: "
+    print("\n  per round, warm call ms on/off: "
           + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(calls[True], calls[False])))
     print("  per round, DDP steps/s on/off:  "
           + ", ".join(f"{a['steps_per_second']:.1f}/{b['steps_per_second']:.1f}" for a, b in zip(steps[True], steps[False])))

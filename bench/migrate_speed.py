@@ -82,7 +82,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import _machine  # bench/_machine.py: this directory is on sys.path when a script runs
 import migrate_corpus as corpus

@@ -44,7 +44,7 @@ from typing import Callable, List, TypeVar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
+import _machine
 
 ROUNDS = 7
 TARGET_SECONDS = 3.0

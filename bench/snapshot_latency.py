@@ -44,9 +44,9 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
+import _machine
 
-from databricks.air._engine import rank_probe, snapshot  # noqa: E402
+from databricks.air._engine import rank_probe, snapshot
 
 
 def _port() -> int:

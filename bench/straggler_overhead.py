@@ -38,8 +38,8 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
-from ddp_step_overhead import ddp_loop  # noqa: E402
+import _machine
+from ddp_step_overhead import ddp_loop
 
 VARIABLE = "DATABRICKS_AIR_STRAGGLER_SECONDS"
 VARIANTS = {"off": "0", "default (30 s)": "", "every 5 s": "5"}

@@ -38,7 +38,7 @@ from typing import Any, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import _machine  # noqa: E402
+import _machine
 
 SUBMITS = 9
 TRIAL_SECONDS = 2.0

@@ -86,7 +86,7 @@ def _in_cell(cell: Cell) -> List[Suppression]:
         for suppression in _on_line(cell.number, number, line)
     ]
     if not candidates:
-        return []  # (the tokenizer runs only over a cell that has one: most files hold `# noqa` of other linters)
+        return []  # (the tokenizer runs only over a cell that has one: most files hold noqa comments of other linters)
     comments = _comment_starts(cell)
     if comments is None:
         return candidates

@@ -28,7 +28,7 @@ def serialize_function(function: Any) -> bytes:
     name = _name(function)
     try:
         data = by_value.dumps(function)
-    except Exception as error:  # noqa: BLE001 - pickling raises many types
+    except Exception as error:  # pickling raises many types
         culprit = _find_unpicklable(function, name, _SEARCH_DEPTH)
         if culprit is not None:
             path, value, inner = culprit
@@ -49,7 +49,7 @@ def serialize_arguments(function: Any, bound: inspect.BoundArguments) -> bytes:
     stream = io.BytesIO()
     try:
         dump_value((bound.args, bound.kwargs), stream)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         for arg_name, value in bound.arguments.items():
             try:
                 by_value.dumps(value)

@@ -290,7 +290,7 @@ def combine_with_rank_exception(
         combined = combined_type.__new__(combined_type, *original.args)
         combined.args = original.args
         combined.__dict__.update(getattr(original, "__dict__", {}))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a class that cannot be combined: the plain error, with the same report
         return DistributedExecutionError(message, **report)
     _set_report(combined, message, **report)
     combined.__cause__ = original.__cause__

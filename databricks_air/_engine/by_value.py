@@ -57,7 +57,7 @@ class Pickler(cloudpickle.CloudPickler):
         self._module_entries = {
             id(value): name
             for name, value in sys.modules.copy().items()
-            if value is not None and type(value) is not types.ModuleType  # noqa: E721 - exact type on purpose
+            if value is not None and type(value) is not types.ModuleType  # exact type on purpose
         }
         # File name -> its lines, read once per pickle; the same list each time, so that the pickle holds it once.
         self._sources: Dict[str, Optional[List[str]]] = {}

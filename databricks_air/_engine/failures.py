@@ -69,7 +69,7 @@ def _unpickle_exception(data: Optional[bytes]) -> Optional[BaseException]:
         return None
     try:
         error = pickle.loads(data)
-    except Exception:  # the class lives in a module the caller cannot import
+    except Exception:  # noqa: BLE001 - the class lives in a module the caller cannot import
         return None
     return error if isinstance(error, BaseException) else None
 

@@ -195,7 +195,7 @@ class CallRun:
             experiment_id = _experiment_id(client)
         try:
             run = client.create_run(experiment_id, run_name=name, tags=tags)
-        except Exception as error:  # noqa: BLE001 - any store failure
+        except Exception as error:  # any store failure
             raise RuntimeConfigurationError(
                 f"cannot create an MLflow run in {uri}: {error}. Fix the tracking store, or set "
                 f"{_variables.MLFLOW}=0 to run without tracking."
@@ -623,7 +623,7 @@ def _get_or_create(client: Any, name: str) -> str:
         return str(experiment.experiment_id)
     try:
         return str(client.create_experiment(name))
-    except Exception:  # noqa: BLE001 - created meanwhile by another process
+    except Exception:  # created meanwhile by another process
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             raise

@@ -184,7 +184,7 @@ def write_locked_again(write: Callable[[], Any]) -> Any:
     for pause in _LOCKED_RETRY_SECONDS:
         try:
             return write()
-        except Exception as error:  # noqa: BLE001 - only a locked database is tried again
+        except Exception as error:  # only a locked database is tried again
             if "database is locked" not in str(error):
                 raise
             time.sleep(pause)

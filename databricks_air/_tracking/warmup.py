@@ -257,7 +257,7 @@ def make_store_once(mlflow: Any, uri: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             mlflow.MlflowClient(uri).search_experiments(max_results=1)  # makes and migrates the tables
-        except Exception as error:  # noqa: BLE001 - any store failure
+        except Exception as error:  # any store failure
             raise RuntimeConfigurationError(
                 f"cannot open the MLflow store {uri}: {type(error).__name__}: {error}. Fix the store (or remove "
                 f"{database} if it holds nothing you need), or set {_variables.MLFLOW}=0 to run without tracking."

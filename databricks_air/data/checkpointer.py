@@ -369,7 +369,7 @@ def _on_rank_zero(compute: Callable[[], T]) -> T:
     if dist.get_rank() == 0:
         try:
             box[0] = (True, compute())
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - broadcast to every rank, which raises it there
             box[0] = (False, error)
     dist.broadcast_object_list(box, src=0)
     succeeded, value = box[0]

@@ -108,7 +108,7 @@ def _answers_here(
         if path is None:
             try:
                 path = fetch(position)
-            except Exception as error:  # handed to the caller, which decides to raise or skip
+            except Exception as error:  # noqa: BLE001 - handed to the caller, which decides to raise or skip
                 yield position, error
                 continue
         yield position, path

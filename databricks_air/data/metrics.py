@@ -103,6 +103,6 @@ class BatchTimer:
         self._fetch, self._between = [], []
         try:
             self.sink(metrics, self.step)
-        except Exception as error:  # metrics must never stop training
+        except Exception as error:  # noqa: BLE001 - metrics must never stop training
             self._failed = True
             _log.warning("DataLoader timing metrics could not be logged (%s); not trying again", error)

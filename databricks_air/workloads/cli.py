@@ -422,7 +422,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return error.exit_status
     except KeyboardInterrupt:
         return 130
-    except Exception as error:  # noqa: BLE001 - an internal error is reported, with its traceback under --debug
+    except Exception as error:  # an internal error is reported, with its traceback under --debug
         if debug:
             raise
         if registry.disk_full(error):  # not ours to fix: say where, in one line
