@@ -325,7 +325,7 @@ def test_what_was_logged_before_the_timeout_lands_also_from_ranks_stuck_in_a_col
 ) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "5")
     with pytest.raises(LocalExecutionTimeoutError):
-        distributed(num_accelerators=2, accelerator_type="CPU", timeout=20)(log_then_hang).distributed(STEPS)
+        distributed(num_accelerators=2, accelerator_type="CPU", timeout=10)(log_then_hang).distributed(STEPS)
     client = mlflow.MlflowClient(store)
     run = only_run(client)
     assert run.info.status == "FAILED"
