@@ -196,7 +196,7 @@ def _snapshot_folder(error_text: str) -> Path:
 
 @pytest.mark.slow
 def test_the_timeout_names_the_rank_behind_and_where_it_is(marks: Path) -> None:
-    call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=10)(sleeps_before_second_all_reduce)
+    call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=6)(sleeps_before_second_all_reduce)
     with pytest.raises(LocalExecutionTimeoutError) as caught:
         call.distributed(str(marks))
     message = str(caught.value)
@@ -288,7 +288,7 @@ def test_a_stall_warns_once_and_the_call_goes_on(marks: Path, monkeypatch: pytes
                                                   capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1.5")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(sleeps_before_second_all_reduce)
-    assert call.distributed(str(marks), seconds=6) == [None, None]
+    assert call.distributed(str(marks), seconds=4) == [None, None]
     err = capfd.readouterr().err
     assert err.count("looks stalled") == 1
     assert ("looks stalled: rank 0 has waited" in err

@@ -85,6 +85,7 @@ def clean_env(**extra: str) -> dict:
 # --- the timeout and the clock cover the set-up --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_store_that_never_answers_fails_the_call_within_its_timeout(
     store: str, silent_server: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_store_that_never_answers_fails_the_call_within_its_timeout(
     assert fn.last_log_dir is None
 
 
+@pytest.mark.slow
 def test_a_first_call_in_a_fresh_process_times_out_within_its_timeout(
     silent_server: str, run_script: Callable[..., subprocess.CompletedProcess], tmp_path: Path
 ) -> None:
@@ -136,6 +138,7 @@ def test_a_first_call_in_a_fresh_process_times_out_within_its_timeout(
                      result["message"]), result
 
 
+@pytest.mark.slow
 def test_a_run_made_after_its_call_timed_out_is_ended_failed(store: str) -> None:
     import mlflow
 
@@ -161,6 +164,7 @@ def test_a_run_made_after_its_call_timed_out_is_ended_failed(store: str) -> None
     assert "stopped waiting for its MLflow run (its timeout passed)" in run.data.tags["databricks.air.failure"]
 
 
+@pytest.mark.slow
 def test_the_closing_line_and_the_duration_cover_the_set_up(
     store: str, capfd: pytest.CaptureFixture
 ) -> None:
@@ -181,6 +185,7 @@ def test_the_closing_line_and_the_duration_cover_the_set_up(
     assert run.data.metrics["duration_seconds"] >= 2.0
 
 
+@pytest.mark.slow
 def test_the_timeout_counts_from_the_call_so_slow_set_up_leaves_the_ranks_less(store: str) -> None:
     make_store(store)
 
@@ -196,6 +201,7 @@ def test_the_timeout_counts_from_the_call_so_slow_set_up_leaves_the_ranks_less(s
     assert time.monotonic() - began < 4 + GRACE  # not 2 s of set-up + 4 s for the ranks
 
 
+@pytest.mark.slow
 def test_a_rank_server_not_ready_within_the_timeout_fails_the_call_in_time_and_serves_the_next() -> None:
     rank_server_handle.pool.close_all()  # the call starts a server: a new interpreter that imports torch (> 0.3 s)
     started = rank_server_handle.pool.servers_started
@@ -211,6 +217,7 @@ def test_a_rank_server_not_ready_within_the_timeout_fails_the_call_in_time_and_s
 # --- the rank server starts the first call's ranks before it imports MLflow ----------------------------------------
 
 
+@pytest.mark.slow
 def test_the_first_calls_ranks_are_not_held_back_by_the_servers_mlflow_import(store: str) -> None:
     make_store(store)
     rank_server_handle.pool.close_all()  # a fresh server, started for this call
@@ -228,6 +235,7 @@ def test_the_first_calls_ranks_are_not_held_back_by_the_servers_mlflow_import(st
 # --- the warm-up ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_decoration_imports_mlflow_and_opens_an_existing_store_in_the_background(
     run_script: Callable[..., subprocess.CompletedProcess], tmp_path: Path
 ) -> None:
@@ -255,6 +263,7 @@ def test_decoration_imports_mlflow_and_opens_an_existing_store_in_the_background
     assert done.stdout.split("\n")[0] == f"False True True ['{uri}']"
 
 
+@pytest.mark.slow
 def test_a_store_that_does_not_exist_is_not_made_ahead(
     run_script: Callable[..., subprocess.CompletedProcess], tmp_path: Path
 ) -> None:
@@ -304,6 +313,7 @@ def test_importing_in_a_repl_starts_it_and_in_a_script_does_not(tmp_path: Path) 
     assert script.stdout.strip() == "False", script.stderr
 
 
+@pytest.mark.slow
 def test_in_a_jupyter_kernel_it_starts_once_the_importing_cell_has_ended(tmp_path: Path) -> None:
     pytest.importorskip("ipykernel")
     from jupyter_client.kernelspec import KernelSpecManager
@@ -355,6 +365,7 @@ CONCURRENT_IMPORTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("statement", CONCURRENT_IMPORTS)
 def test_the_main_threads_imports_during_the_warm_up_succeed(statement: str, tmp_path: Path) -> None:
     """Without the guard, most of these failed ("cannot import name ... from partially initialized module")."""
@@ -369,12 +380,15 @@ def test_the_main_threads_imports_during_the_warm_up_succeed(statement: str, tmp
         """
     )
     env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    for delay in ("0", "0.02", "0.2"):
-        done = subprocess.run([sys.executable, "-c", code, delay], capture_output=True, text=True, env=env,
-                              timeout=120)
-        assert done.stdout.strip() == "ok", (delay, done.stderr[-2000:])
+    delays = ("0", "0.02", "0.2")  # each in a fresh interpreter of its own, at once: both cores work
+    processes = [subprocess.Popen([sys.executable, "-c", code, delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env) for delay in delays]
+    for delay, process in zip(delays, processes):
+        out, err = process.communicate(timeout=120)
+        assert out.strip() == "ok", (delay, err[-2000:])
 
 
+@pytest.mark.slow
 def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import_mlflow(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
@@ -394,6 +408,7 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import_mlflow(t
     assert done.stdout.strip() == "0", done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_guard_is_gone_once_the_imports_are_over(run_script: Callable[..., subprocess.CompletedProcess],
                                                       tmp_path: Path) -> None:
     done = run_script(

@@ -210,14 +210,30 @@ def test_every_point_lands_in_every_logging_mode(store: str, mode: str, monkeypa
 
 
 @pytest.mark.slow
-def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is_free(store: str) -> None:
+def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is_free(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sqlite3
     import threading
 
+    from mlflow.store.db import utils as mlflow_db_utils
+
+    class ShortBusyTimeout:
+        """MLflow's ``sqlalchemy.sql`` with a busy timeout of 2 s instead of 20 s: the batch fails just as soon."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_sql, name)
+
+        def text(self, statement: str) -> Any:
+            return real_sql.text(statement.replace("busy_timeout = 20000", "busy_timeout = 2000"))
+
+    real_sql = mlflow_db_utils.sql
+    assert "busy_timeout = 20000" in Path(mlflow_db_utils.__file__).read_text()  # MLflow's pragma, as replaced
+    monkeypatch.setattr(mlflow_db_utils, "sql", ShortBusyTimeout())  # the batches are written in this process
     path = store[len("sqlite:///"):]
     locked, release = threading.Event(), threading.Event()
 
-    def hold_the_lock() -> None:  # as a long write of another process would (MLflow waits 20 s for a lock)
+    def hold_the_lock() -> None:  # as a long write of another process would (MLflow waits 2 s here, 20 s by default)
         connection = sqlite3.connect(path, isolation_level=None)
         connection.execute("BEGIN EXCLUSIVE")
         locked.set()
@@ -244,7 +260,7 @@ def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is
         holder.start()
         locked.wait(10)
         Path(f"{flag}_locked").touch()
-        time.sleep(25)  # past MLflow's busy timeout: the ranks' batches fail once
+        time.sleep(5)  # past MLflow's busy timeout: the ranks' batches fail once
         release.set()
 
     watcher = threading.Thread(target=lock_once_logged)
@@ -309,7 +325,7 @@ def test_what_was_logged_before_the_timeout_lands_also_from_ranks_stuck_in_a_col
 ) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "5")
     with pytest.raises(LocalExecutionTimeoutError):
-        distributed(num_accelerators=2, accelerator_type="CPU", timeout=20)(log_then_hang).distributed(STEPS)
+        distributed(num_accelerators=2, accelerator_type="CPU", timeout=10)(log_then_hang).distributed(STEPS)
     client = mlflow.MlflowClient(store)
     run = only_run(client)
     assert run.info.status == "FAILED"

@@ -253,6 +253,7 @@ def test_logs_are_uploaded_while_the_call_runs(store: str, monkeypatch: pytest.M
 
 def test_tracking_can_be_turned_off(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "0")
+    (tmp_path / "mlflow.db").unlink()  # the fixture's store is made ahead: tracking off makes none
 
     def no_run() -> bool:
         return "MLFLOW_RUN_ID" in os.environ
