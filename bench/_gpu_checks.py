@@ -457,7 +457,7 @@ def check_timeout(mode: str) -> Dict[str, Any]:
 
 
 # The cold/warm launch subprocess: a fresh interpreter that imports databricks.air and calls the trivial function.
-LAUNCH_SCRIPT = r'''
+LAUNCH_SCRIPT = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import _gpu_checks as checks
@@ -475,9 +475,9 @@ def timed():
 cold = timed()
 warm = [timed() for _ in range(warm_calls)]
 print("LAUNCH " + json.dumps({"cold": cold, "warm": warm}))
-'''
+"""
 
-TORCHRUN_WORKER = r'''
+TORCHRUN_WORKER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 import _gpu_checks as checks
@@ -485,7 +485,7 @@ result = checks.all_reduce_rank(sys.argv[2] == "gpu")
 count = int(__import__("os").environ["WORLD_SIZE"])
 if result["sum"] != count * (count + 1) / 2:
     raise SystemExit(f"wrong result {result!r}")
-'''
+"""
 
 
 def _run_timed(argv: List[str], env: Dict[str, str]) -> tuple:
@@ -522,8 +522,14 @@ def check_launch(mode: str) -> Dict[str, Any]:
         torchrun = []
         for _ in range(TORCHRUN_RUNS):
             argv = [
-                sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
-                worker, here, mode,
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={count}",
+                worker,
+                here,
+                mode,
             ]
             torchrun.append(_run_timed(argv, env)[0])
     cold, cold_wall = statistics.median(cold_calls), statistics.median(cold_walls)
@@ -554,8 +560,13 @@ def check_step_overhead(mode: str) -> Dict[str, Any]:
         cap = float(os.environ.get("GPU_CHECK_CAP_SECONDS", "0"))
         budget = max(1.0, cap - 20) if cap else 0.0
         argv = [
-            sys.executable, os.path.join(here, "ddp_step_overhead.py"), f"--{mode}", "--json", out,
-            "--max-seconds", str(budget),
+            sys.executable,
+            os.path.join(here, "ddp_step_overhead.py"),
+            f"--{mode}",
+            "--json",
+            out,
+            "--max-seconds",
+            str(budget),
         ]
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
         sys.stdout.write(done.stdout)

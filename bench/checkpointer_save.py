@@ -80,7 +80,7 @@ def main() -> None:
                 "storage": lambda: dcp.save(model.state_dict(), storage_writer=UCVolumeWriter(folder), no_dist=True),
                 "ours": lambda: ours.save(repeat, model=model),
             }
-            for name in (list(sides) if repeat % 2 == 0 else list(sides)[::-1]):
+            for name in list(sides) if repeat % 2 == 0 else list(sides)[::-1]:
                 wall, cpu = timed(sides[name])
                 removal = timed(ours.wait_for_removal)[0] if name == "ours" else 0.0
                 if repeat:  # the first round warms up
@@ -104,19 +104,28 @@ def main() -> None:
     theirs = statistics.median(walls["torch"])
     print(f"\nstate: {size_mib:.0f} MiB of model parameters; {REPEATS} saves each, median; keep=2 left {left}")
     best = min(walls["torch"])
-    print(f"{'':36} {'wall s':>7} {'MiB/s':>6} {'x torch':>8} {'cpu s':>6}  {'target':17} {'best s':>7} {'x torch':>8}"
-          "  wall range")
-    for name, label in (("torch", "dcp.save, FileSystemWriter"), ("storage", "dcp.save, UCVolumeWriter"),
-                        ("ours", "Checkpointer.save, keep=2")):
+    print(
+        f"{'':36} {'wall s':>7} {'MiB/s':>6} {'x torch':>8} {'cpu s':>6}  {'target':17} {'best s':>7} {'x torch':>8}"
+        "  wall range"
+    )
+    for name, label in (
+        ("torch", "dcp.save, FileSystemWriter"),
+        ("storage", "dcp.save, UCVolumeWriter"),
+        ("ours", "Checkpointer.save, keep=2"),
+    ):
         median = statistics.median(walls[name])
         ratio = median / theirs
         verdict = {"torch": "", "storage": "(information)"}.get(name, f"<= 1.1x  {'PASS' if ratio <= 1.1 else 'MISS'}")
-        print(f"{label:36} {median:>7.3f} {size_mib / median:>6.0f} {ratio:>7.2f}x "
-              f"{statistics.median(cpus[name]):>6.3f}  {verdict:17} {min(walls[name]):>7.3f} "
-              f"{min(walls[name]) / best:>7.2f}x  {min(walls[name]):.2f}-{max(walls[name]):.2f} s")
+        print(
+            f"{label:36} {median:>7.3f} {size_mib / median:>6.0f} {ratio:>7.2f}x "
+            f"{statistics.median(cpus[name]):>6.3f}  {verdict:17} {min(walls[name]):>7.3f} "
+            f"{min(walls[name]) / best:>7.2f}x  {min(walls[name]):.2f}-{max(walls[name]):.2f} s"
+        )
     removal = walls["removal"]
-    print(f"{'(background) removing one checkpoint':36} {statistics.median(removal):>7.3f}{'':25}(information) "
-          f"{min(removal):>7.3f}{'':10}{min(removal):.2f}-{max(removal):.2f} s")
+    print(
+        f"{'(background) removing one checkpoint':36} {statistics.median(removal):>7.3f}{'':25}(information) "
+        f"{min(removal):>7.3f}{'':10}{min(removal):.2f}-{max(removal):.2f} s"
+    )
 
 
 if __name__ == "__main__":

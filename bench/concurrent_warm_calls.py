@@ -101,7 +101,7 @@ def concurrent(fn) -> float:  # type: ignore[no-untyped-def]
         barrier.wait()
         try:
             one_call(fn)
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=thread_main, name=f"call {i}") for i in range(THREADS)]
@@ -186,11 +186,15 @@ def main() -> None:
     ratio = statistics.median(b) / statistics.median(a)
     no_cold = sum(started_concurrent) == 0 and sum(started_sequential) == 0
     print("  ratios (medians)                                          value   target")
-    print(f"  at once / one after another  (b / a)                  {ratio:>8.3f}    <= 1.0   "
-          f"{'PASS' if ratio <= 1.0 else 'MISS'}")
+    print(
+        f"  at once / one after another  (b / a)                  {ratio:>8.3f}    <= 1.0   "
+        f"{'PASS' if ratio <= 1.0 else 'MISS'}"
+    )
     started = sum(started_concurrent) + sum(started_sequential)
-    print(f"  rank servers started in timed rounds                  {started:>8d}    0        "
-          f"{'PASS' if no_cold else 'MISS'}")
+    print(
+        f"  rank servers started in timed rounds                  {started:>8d}    0        "
+        f"{'PASS' if no_cold else 'MISS'}"
+    )
     print(f"  per-round ratios (b / a): {', '.join(f'{y / x:.2f}' for x, y in zip(a, b))}")
     print(f"\n  benchmark took {time.perf_counter() - bench_start:.0f} s")
 

@@ -66,8 +66,10 @@ def main() -> None:
             sides = {
                 "torch": (lambda path: FileSystemWriter(path, thread_count=threads), FileSystemReader),
                 "ours": (lambda path: UCVolumeWriter(path, thread_count=threads), UCVolumeReader),
-                "ours, verify=False": (lambda path: UCVolumeWriter(path, thread_count=threads),
-                                       lambda path: UCVolumeReader(path, verify=False)),
+                "ours, verify=False": (
+                    lambda path: UCVolumeWriter(path, thread_count=threads),
+                    lambda path: UCVolumeReader(path, verify=False),
+                ),
             }
             saves: Dict[str, List[float]] = {name: [] for name in sides}
             loads: Dict[str, List[float]] = {name: [] for name in sides}
@@ -88,13 +90,21 @@ def main() -> None:
                         loads[name].append(load)
             theirs_save, theirs_load = statistics.median(saves["torch"]), statistics.median(loads["torch"])
             ours_save = statistics.median(saves["ours"])
-            rows.append((f"dcp.save, thread_count={threads}", size_mib / ours_save, size_mib / theirs_save,
-                         theirs_save / ours_save, True))
+            rows.append(
+                (
+                    f"dcp.save, thread_count={threads}",
+                    size_mib / ours_save,
+                    size_mib / theirs_save,
+                    theirs_save / ours_save,
+                    True,
+                )
+            )
             for name in ("ours", "ours, verify=False"):
                 ours_load = statistics.median(loads[name])
                 label = f"dcp.load, thread_count={threads}" + (" (verify=False)" if name != "ours" else "")
-                rows.append((label, size_mib / ours_load, size_mib / theirs_load, theirs_load / ours_load,
-                             name == "ours"))
+                rows.append(
+                    (label, size_mib / ours_load, size_mib / theirs_load, theirs_load / ours_load, name == "ours")
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print()

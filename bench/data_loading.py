@@ -21,7 +21,8 @@ What it measures (all on files made in a scratch folder under the temp directory
         ``DataLoader(batch_size=32, num_workers=2)``. Targets: first batch <= 1 s, listing >= 50,000 entries/s.
 
 Each figure is the median of 3 repetitions (G1: 9), the variants of a target taking turns in a shuffled order, so
-that no variant always runs after the same other one (G4: 3 fresh datasets over the same folder); ``os.sync()`` runs before timing, so no side pays for writing back another's files. Nothing asserts on
+that no variant always runs after the same other one (G4: 3 fresh datasets over the same folder); ``os.sync()``
+runs before timing, so no side pays for writing back another's files. Nothing asserts on
 time: the script prints a table, the ratios and PASS/MISS. It exits non-zero only if an epoch yields wrong files.
 
 Run: ``.venv/bin/python bench/data_loading.py``  (about a minute on 2 vCPUs; needs ~600 MB in the temp dir).
@@ -119,13 +120,16 @@ def g1_warm_epoch(scratch: str) -> Dict[str, float]:
     in_place = DataLoader(UCVolumeDataset(folder), batch_size=32, num_workers=0, metrics=False)
     torch_only = torch.utils.data.DataLoader(sources, batch_size=32, num_workers=0, collate_fn=list)
     os.sync()  # the copies just written must not be flushed to disk while the reads are timed
-    times = interleaved_medians({
-        "plain MiB/s": lambda: check(read_all(sources) == count * size, "G1 plain"),
-        "plain copies MiB/s": lambda: check(read_all(copies) == count * size, "G1 plain copies"),
-        "warm cached MiB/s": lambda: check(read_batches(cached_loader) == count * size, "G1 warm"),
-        "in place MiB/s": lambda: check(read_batches(in_place) == count * size, "G1 in place"),
-        "torch DataLoader MiB/s": lambda: check(read_batches(torch_only) == count * size, "G1 torch"),
-    }, repeats=3 * REPEATS)
+    times = interleaved_medians(
+        {
+            "plain MiB/s": lambda: check(read_all(sources) == count * size, "G1 plain"),
+            "plain copies MiB/s": lambda: check(read_all(copies) == count * size, "G1 plain copies"),
+            "warm cached MiB/s": lambda: check(read_batches(cached_loader) == count * size, "G1 warm"),
+            "in place MiB/s": lambda: check(read_batches(in_place) == count * size, "G1 in place"),
+            "torch DataLoader MiB/s": lambda: check(read_batches(torch_only) == count * size, "G1 torch"),
+        },
+        repeats=3 * REPEATS,
+    )
     cached.close()
     return {name: mib / seconds for name, seconds in times.items()}
 
@@ -148,8 +152,9 @@ def g2_cold_epoch(scratch: str) -> Dict[str, float]:
     os.sync()
     rates = []
     for repeat in range(REPEATS):
-        dataset = UCVolumeDataset(folder, filesystem=shim, io_threads=8,
-                                  cache_dir=os.path.join(scratch, f"cache-g2-{repeat}"))
+        dataset = UCVolumeDataset(
+            folder, filesystem=shim, io_threads=8, cache_dir=os.path.join(scratch, f"cache-g2-{repeat}")
+        )
         loader = DataLoader(dataset, batch_size=32, num_workers=2, metrics=False)
         started = time.perf_counter()
         seen = sum(len(batch) for batch in loader)
@@ -170,13 +175,16 @@ def g3_per_item(scratch: str) -> Dict[str, float]:
     paths = dataset.files
     torch_per_item = torch.utils.data.DataLoader(paths, batch_size=None, num_workers=0)
     os.sync()
-    times = interleaved_medians({
-        "dataset items/s": lambda: check(sum(1 for _ in dataset) == count, "G3 direct"),
-        "DataLoader(batch_size=64) items/s": lambda: check(sum(len(b) for b in batched) == count, "G3 loader"),
-        "DataLoader(batch_size=None) items/s": lambda: check(sum(1 for _ in per_item) == count, "G3 unbatched"),
-        "torch DataLoader(list, batch_size=None) items/s":
-            lambda: check(sum(1 for _ in torch_per_item) == count, "G3 torch, no batches"),
-    })
+    times = interleaved_medians(
+        {
+            "dataset items/s": lambda: check(sum(1 for _ in dataset) == count, "G3 direct"),
+            "DataLoader(batch_size=64) items/s": lambda: check(sum(len(b) for b in batched) == count, "G3 loader"),
+            "DataLoader(batch_size=None) items/s": lambda: check(sum(1 for _ in per_item) == count, "G3 unbatched"),
+            "torch DataLoader(list, batch_size=None) items/s": lambda: check(
+                sum(1 for _ in torch_per_item) == count, "G3 torch, no batches"
+            ),
+        }
+    )
     dataset.close()
     return {name: count / seconds for name, seconds in times.items()}
 
@@ -213,25 +221,61 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     rows: List[tuple] = []
     ratio = g1["warm cached MiB/s"] / g1["plain MiB/s"]
-    rows.append(("G1 warm epoch vs plain reads", f"{g1['warm cached MiB/s']:.0f} vs {g1['plain MiB/s']:.0f} MiB/s "
-                 f"(in place {g1['in place MiB/s']:.0f}, torch {g1['torch DataLoader MiB/s']:.0f})", f"{ratio:.2f}x",
-                 ">= 0.8x", ratio >= 0.8))
+    rows.append(
+        (
+            "G1 warm epoch vs plain reads",
+            f"{g1['warm cached MiB/s']:.0f} vs {g1['plain MiB/s']:.0f} MiB/s "
+            f"(in place {g1['in place MiB/s']:.0f}, torch {g1['torch DataLoader MiB/s']:.0f})",
+            f"{ratio:.2f}x",
+            ">= 0.8x",
+            ratio >= 0.8,
+        )
+    )
     own = g1["warm cached MiB/s"] / g1["plain copies MiB/s"]
-    rows.append(("G1 same, vs plain reads of the copies", f"{g1['warm cached MiB/s']:.0f} vs "
-                 f"{g1['plain copies MiB/s']:.0f} MiB/s", f"{own:.2f}x", "", True))
+    rows.append(
+        (
+            "G1 same, vs plain reads of the copies",
+            f"{g1['warm cached MiB/s']:.0f} vs {g1['plain copies MiB/s']:.0f} MiB/s",
+            f"{own:.2f}x",
+            "",
+            True,
+        )
+    )
     fast = g2["2 workers x 8 threads files/s"]
-    rows.append(("G2 cold epoch, 5 ms/file volume", f"{fast:.0f} files/s (one thread: "
-                 f"{g2['one thread files/s']:.0f})", f"{fast / g2['one thread files/s']:.1f}x", ">= 2100 files/s",
-                 fast >= 2100))
-    rows.append(("G3 per-item, warm, 1 process", f"{g3['dataset items/s']:.0f} direct, "
-                 f"{g3['DataLoader(batch_size=64) items/s']:.0f} batched", "", ">= 20000/s",
-                 min(g3["dataset items/s"], g3["DataLoader(batch_size=64) items/s"]) >= 20_000))
-    rows.append(("G3 with batch_size=None (info)", f"{g3['DataLoader(batch_size=None) items/s']:.0f} ours, "
-                 f"{g3['torch DataLoader(list, batch_size=None) items/s']:.0f} torch over a list", "", "", True))
-    rows.append(("G4 first batch, 10,000 files", f"{g4['first batch s']:.3f} s", "", "<= 1 s",
-                 g4["first batch s"] <= 1.0))
-    rows.append(("G4 listing", f"{g4['listing entries/s']:.0f} entries/s", "", ">= 50000/s",
-                 g4["listing entries/s"] >= 50_000))
+    rows.append(
+        (
+            "G2 cold epoch, 5 ms/file volume",
+            f"{fast:.0f} files/s (one thread: {g2['one thread files/s']:.0f})",
+            f"{fast / g2['one thread files/s']:.1f}x",
+            ">= 2100 files/s",
+            fast >= 2100,
+        )
+    )
+    rows.append(
+        (
+            "G3 per-item, warm, 1 process",
+            f"{g3['dataset items/s']:.0f} direct, {g3['DataLoader(batch_size=64) items/s']:.0f} batched",
+            "",
+            ">= 20000/s",
+            min(g3["dataset items/s"], g3["DataLoader(batch_size=64) items/s"]) >= 20_000,
+        )
+    )
+    rows.append(
+        (
+            "G3 with batch_size=None (info)",
+            f"{g3['DataLoader(batch_size=None) items/s']:.0f} ours, "
+            f"{g3['torch DataLoader(list, batch_size=None) items/s']:.0f} torch over a list",
+            "",
+            "",
+            True,
+        )
+    )
+    rows.append(
+        ("G4 first batch, 10,000 files", f"{g4['first batch s']:.3f} s", "", "<= 1 s", g4["first batch s"] <= 1.0)
+    )
+    rows.append(
+        ("G4 listing", f"{g4['listing entries/s']:.0f} entries/s", "", ">= 50000/s", g4["listing entries/s"] >= 50_000)
+    )
     print()
     print(f"{'':36} {'measured':52} {'ratio':>7}  {'target':>16}")
     for name, measured, shown_ratio, target, passed in rows:

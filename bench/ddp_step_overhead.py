@@ -120,8 +120,15 @@ def run_ours(mode: str, shape: tuple, start_method: str = "") -> Dict[str, Any]:
 def run_torchrun(mode: str, shape: tuple, ranks: int, scratch: str) -> Dict[str, Any]:
     out = os.path.join(scratch, "torchrun_result.json")
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-        os.path.abspath(__file__), "--worker", out, f"--{mode}",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        os.path.abspath(__file__),
+        "--worker",
+        out,
+        f"--{mode}",
     ]
     done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if done.returncode != 0:
@@ -218,9 +225,16 @@ def main() -> None:
     print(f"  ratio (c) / (b), steps per second      {spawn_ratio:.3f}   (info: fresh interpreter per rank)")
     if args.json:
         figures = {
-            "mode": mode, "ranks": ranks, "steps": shape[2], "repeats": len(runs["ours"]),
-            "ours": medians["ours", "steps_per_second"], "torchrun": medians["torchrun", "steps_per_second"],
-            "ratio": ratio, "cpu_ratio": cpu_ratio, "spawn_ratio": spawn_ratio, "runs": runs,
+            "mode": mode,
+            "ranks": ranks,
+            "steps": shape[2],
+            "repeats": len(runs["ours"]),
+            "ours": medians["ours", "steps_per_second"],
+            "torchrun": medians["torchrun", "steps_per_second"],
+            "ratio": ratio,
+            "cpu_ratio": cpu_ratio,
+            "spawn_ratio": spawn_ratio,
+            "runs": runs,
         }
         with open(args.json, "w") as stream:
             json.dump(figures, stream)

@@ -55,7 +55,7 @@ PYTHON = sys.executable
 NOTEBOOK_DELAY = 6.0
 IMPORTS = 7
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys, time
 started = time.perf_counter()
 import databricks.air
@@ -72,7 +72,7 @@ values = work.distributed()
 end = time.perf_counter()
 assert values == [0, 1], values
 print(json.dumps({"import": imported - started, "call": end - begin, "since_start": end - started}))
-'''
+"""
 
 IMPORT_CELL = """
 import time as _time
@@ -106,8 +106,9 @@ def closing(stderr: str) -> str:
 def run_script(env: Dict[str, str], cwd: str) -> Dict[str, float]:
     """A script: a fresh ``python -c``, its output to files (a pipe would wait for the idle rank server too)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        done = subprocess.run([PYTHON, "-c", SCRIPT], env=env, cwd=cwd, stdout=out, stderr=err,
-                              stdin=subprocess.DEVNULL, timeout=600)
+        done = subprocess.run(
+            [PYTHON, "-c", SCRIPT], env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=600
+        )
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
@@ -128,12 +129,20 @@ def run_notebook(env: Dict[str, str], cwd: str, delay: float) -> Dict[str, float
     kernels = os.path.join(cwd, "kernels")  # this interpreter's kernel, not whatever `python3` spec is installed
     os.makedirs(os.path.join(kernels, "python3"), exist_ok=True)
     with open(os.path.join(kernels, "python3", "kernel.json"), "w") as spec:
-        json.dump({"argv": [PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                   "display_name": "Python 3", "language": "python"}, spec)
-    manager = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(
-        kernel_dirs=[kernels], ensure_native_kernel=False))
-    manager.start_kernel(cwd=cwd, env=dict(env, PYDEVD_DISABLE_FILE_VALIDATION="1"), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+        json.dump(
+            {
+                "argv": [PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3",
+                "language": "python",
+            },
+            spec,
+        )
+    manager = KernelManager(
+        kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels], ensure_native_kernel=False)
+    )
+    manager.start_kernel(
+        cwd=cwd, env=dict(env, PYDEVD_DISABLE_FILE_VALIDATION="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     client = manager.client()
     client.start_channels()
     client.wait_for_ready(timeout=120)
@@ -184,8 +193,14 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="air-bench-first-call-")
     try:
         base = dict(os.environ)
-        for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "DATABRICKS_AIR_MLFLOW",
-                     "DATABRICKS_AIR_START_METHOD", "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"):
+        for name in (
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_EXPERIMENT_NAME",
+            "MLFLOW_EXPERIMENT_ID",
+            "DATABRICKS_AIR_MLFLOW",
+            "DATABRICKS_AIR_START_METHOD",
+            "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED",
+        ):
             base.pop(name, None)
         base["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
         tracked = dict(base)
@@ -196,18 +211,25 @@ def main() -> None:
         variants = {
             "a": ("untracked, script", lambda: run_script(untracked, scratch)),
             "b": ("tracked, script", lambda: run_script(tracked, scratch)),
-            "c": (f"untracked, notebook (call {options.delay:g} s after the import)",
-                  lambda: run_notebook(untracked, scratch, options.delay)),
-            "d": (f"tracked, notebook (call {options.delay:g} s after the import)",
-                  lambda: run_notebook(tracked, scratch, options.delay)),
+            "c": (
+                f"untracked, notebook (call {options.delay:g} s after the import)",
+                lambda: run_notebook(untracked, scratch, options.delay),
+            ),
+            "d": (
+                f"tracked, notebook (call {options.delay:g} s after the import)",
+                lambda: run_notebook(tracked, scratch, options.delay),
+            ),
         }
         results: Dict[str, List[Dict[str, float]]] = {key: [] for key in variants}
         for round_ in range(options.rounds):
             order = list(variants) if round_ % 2 == 0 else list(reversed(list(variants)))
             for key in order:
                 results[key].append(variants[key][1]())
-                print(f"  round {round_ + 1} {key}: call {results[key][-1]['call']:.3f} s "
-                      f"(closing line {results[key][-1]['closing']}), load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"  round {round_ + 1} {key}: call {results[key][-1]['call']:.3f} s "
+                    f"(closing line {results[key][-1]['closing']}), load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         walls, inside = import_times(tracked, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -216,22 +238,28 @@ def main() -> None:
         return statistics.median(r[field] for r in results[key])
 
     print()
-    print("| | first call | the call itself, median (each round) | from `import databricks.air` to the call's end "
-          "| `import databricks.air` in it |")
+    print(
+        "| | first call | the call itself, median (each round) | from `import databricks.air` to the call's end "
+        "| `import databricks.air` in it |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for key, (label, _) in variants.items():
         each = ", ".join(f"{r['call']:.2f}" for r in results[key])
         since = median(key, "since_start") - (options.delay if key in "cd" else 0.0)
-        print(f"| {key} | {label} | {median(key, 'call'):.3f} s ({each}) | {since:.3f} s"
-              f"{' (less the wait between cells)' if key in 'cd' else ''} | {median(key, 'import') * 1000:.1f} ms |")
-    print(f"| e | `python -c \"import databricks.air\"`, {IMPORTS} fresh processes "
-          f"| wall {statistics.median(walls):.3f} s | {statistics.median(inside) * 1000:.1f} ms |")
+        print(
+            f"| {key} | {label} | {median(key, 'call'):.3f} s ({each}) | {since:.3f} s"
+            f"{' (less the wait between cells)' if key in 'cd' else ''} | {median(key, 'import') * 1000:.1f} ms |"
+        )
+    print(
+        f'| e | `python -c "import databricks.air"`, {IMPORTS} fresh processes '
+        f"| wall {statistics.median(walls):.3f} s | {statistics.median(inside) * 1000:.1f} ms |"
+    )
     print()
     script = median("b", "call") / median("a", "call")
     notebook = median("d", "call") / median("c", "call")
     print(f"b / a (a script):   {script:.3f}  target <= 1.5   {'PASS' if script <= 1.5 else 'MISS'}")
     print(f"d / c (a notebook): {notebook:.3f}  target <= 1.15  {'PASS' if notebook <= 1.15 else 'MISS'}")
-    whole = (median("b", "since_start") / median("a", "since_start"))
+    whole = median("b", "since_start") / median("a", "since_start")
     print(f"b / a from the import on (information): {whole:.3f}")
     print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -97,16 +97,28 @@ def main() -> None:
     rate = {on: statistics.median(r["steps_per_second"] for r in steps[on]) for on in (True, False)}
     cpu = {on: statistics.median(r["steps_per_cpu_second"] for r in steps[on]) for on in (True, False)}
     print(f"\n  {'':<44} {'(a) on':>10} {'(b) off':>10} {'ratio':>8}")
-    print(f"  {'warm call, median of medians (ms)':<44} {call_on * 1e3:>10.1f} {call_off * 1e3:>10.1f} "
-          f"{call_on / call_off:>8.3f}   target <= 1.03   {'PASS' if call_on / call_off <= 1.03 else 'MISS'}")
-    print(f"  {'DDP steps per second (wall)':<44} {rate[True]:>10.1f} {rate[False]:>10.1f} "
-          f"{rate[True] / rate[False]:>8.3f}   target >= 0.97   {'PASS' if rate[True] / rate[False] >= 0.97 else 'MISS'}")
-    print(f"  {'DDP steps per CPU second':<44} {cpu[True]:>10.1f} {cpu[False]:>10.1f} "
-          f"{cpu[True] / cpu[False]:>8.3f}   (info: insensitive to other load)")
-    print("\n  per round, warm call ms on/off: "
-          + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(calls[True], calls[False])))
-    print("  per round, DDP steps/s on/off:  "
-          + ", ".join(f"{a['steps_per_second']:.1f}/{b['steps_per_second']:.1f}" for a, b in zip(steps[True], steps[False])))
+    print(
+        f"  {'warm call, median of medians (ms)':<44} {call_on * 1e3:>10.1f} {call_off * 1e3:>10.1f} "
+        f"{call_on / call_off:>8.3f}   target <= 1.03   {'PASS' if call_on / call_off <= 1.03 else 'MISS'}"
+    )
+    print(
+        f"  {'DDP steps per second (wall)':<44} {rate[True]:>10.1f} {rate[False]:>10.1f} "
+        f"{rate[True] / rate[False]:>8.3f}   target >= 0.97   {'PASS' if rate[True] / rate[False] >= 0.97 else 'MISS'}"
+    )
+    print(
+        f"  {'DDP steps per CPU second':<44} {cpu[True]:>10.1f} {cpu[False]:>10.1f} "
+        f"{cpu[True] / cpu[False]:>8.3f}   (info: insensitive to other load)"
+    )
+    print(
+        "\n  per round, warm call ms on/off: "
+        + ", ".join(f"{a * 1e3:.1f}/{b * 1e3:.1f}" for a, b in zip(calls[True], calls[False]))
+    )
+    print(
+        "  per round, DDP steps/s on/off:  "
+        + ", ".join(
+            f"{a['steps_per_second']:.1f}/{b['steps_per_second']:.1f}" for a, b in zip(steps[True], steps[False])
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ LATER_CALLS = 10  # timed later calls for (c)
 SUBPROCESS_TIMEOUT = 180
 
 # The work every rank does, in every variant. RANK/WORLD_SIZE/MASTER_* come from the environment (torchrun style).
-WORK = '''
+WORK = """
 def work(tag):
     import os
     import torch
@@ -65,22 +65,22 @@ def work(tag):
     dist.all_reduce(t)
     dist.destroy_process_group()
     return {"rank": int(os.environ["RANK"]), "sum": float(t.item()), "tag": tag}
-'''
+"""
 
 EXPECTED_SUM = 2.0
 
 # (b), (c), (f): run with ``python -c OURS <later calls>``; prints one JSON line.
 OURS = (
-    '''
+    """
 import json, sys, time
 t0 = time.perf_counter()
 from databricks.air import distributed
 import_seconds = time.perf_counter() - t0
 
 @distributed(accelerator_type="CPU", num_accelerators=2, timeout=None)
-'''
+"""
     + WORK.lstrip("\n")
-    + '''
+    + """
 def timed_call():
     start = time.perf_counter()
     results = work.distributed("air")
@@ -92,19 +92,19 @@ def timed_call():
 first = timed_call()
 later = [timed_call() for _ in range(int(sys.argv[1]))]
 print(json.dumps({"import": import_seconds, "first": first, "later": later}))
-'''
+"""
     % EXPECTED_SUM
 )
 
 # (d): run as a file (spawn re-imports ``__main__`` in each child, which needs a real file).
 MP_SPAWN = (
-    '''
+    """
 import json, os, socket, sys, time
 import torch
 import torch.multiprocessing as mp
-'''
+"""
     + WORK
-    + '''
+    + """
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,22 +130,22 @@ def once():
 if __name__ == "__main__":
     once()  # warm-up
     print(json.dumps([once() for _ in range(int(sys.argv[1]))]))
-'''
+"""
     % EXPECTED_SUM
 )
 
 # (e): the torchrun worker; writes its result to <out_dir>/result_<rank>.json.
 TORCHRUN_WORKER = (
-    '''
+    """
 import json, os, sys
-'''
+"""
     + WORK
-    + '''
+    + """
 if __name__ == "__main__":
     result = work("torchrun")
     with open(os.path.join(sys.argv[1], "result_%d.json" % result["rank"]), "w") as stream:
         json.dump(result, stream)
-'''
+"""
 )
 
 
@@ -198,8 +198,10 @@ def last_json(done: subprocess.CompletedProcess):
 def check_log_lines(done: subprocess.CompletedProcess, calls: int, what: str) -> None:
     lines = [line for line in done.stderr.splitlines() if line.startswith("databricks.air: running ")]
     if len(lines) != calls or not all("; logs: " in line for line in lines):
-        sys.stderr.write(f"{what}: expected {calls} 'databricks.air: running ...; logs: ...' line(s) on stderr, got:\n"
-                         f"{done.stderr}\n")
+        sys.stderr.write(
+            f"{what}: expected {calls} 'databricks.air: running ...; logs: ...' line(s) on stderr, got:\n"
+            f"{done.stderr}\n"
+        )
         raise SystemExit(1)
 
 
@@ -274,9 +276,7 @@ def measure_torchrun(workdir: str) -> List[float]:
 
 
 def row(label: str, values: Sequence[float]) -> str:
-    return (
-        f"  {label:<56} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
-    )
+    return f"  {label:<56} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
 
 
 def verdict(ok: bool) -> str:
@@ -318,13 +318,18 @@ def main() -> None:
     ma, mb_call, mb_wall = statistics.median(a), statistics.median(b_call), statistics.median(b_wall)
     mc, md, me, mf = statistics.median(c), statistics.median(d), statistics.median(e), statistics.median(f)
     print("  ratios (medians)                                         value   target")
-    print(f"  first call - import torch   (b call - a)             {mb_call - ma:>+7.3f} s  <= +0.5 s   "
-          f"{verdict(mb_call - ma <= 0.5)}")
+    print(
+        f"  first call - import torch   (b call - a)             {mb_call - ma:>+7.3f} s  <= +0.5 s   "
+        f"{verdict(mb_call - ma <= 0.5)}"
+    )
     print(f"  first-call subprocess - import torch (b wall - a)    {mb_wall - ma:>+7.3f} s  (info)")
-    print(f"  later call / mp.spawn       (c / d)                  {mc / md:>8.3f}    <= 0.5      "
-          f"{verdict(mc <= 0.5 * md)}")
-    print(f"  later call / torchrun       (c / e)                  {mc / me:>8.3f}    <= 0.333    "
-          f"{verdict(mc <= me / 3)}")
+    print(
+        f"  later call / mp.spawn       (c / d)                  {mc / md:>8.3f}    <= 0.5      "
+        f"{verdict(mc <= 0.5 * md)}"
+    )
+    print(
+        f"  later call / torchrun       (c / e)                  {mc / me:>8.3f}    <= 0.333    {verdict(mc <= me / 3)}"
+    )
     print(f"  spawn-mode later call / mp.spawn  (f / d)            {mf / md:>8.3f}    (info)")
     print(f"  spawn-mode later call / torchrun  (f / e)            {mf / me:>8.3f}    (info)")
     print(f"  tracking's cost on a later call (g - c)              {statistics.median(g) - mc:>+7.3f} s  (info)")

@@ -53,7 +53,7 @@ PYTHON = sys.executable
 SUBPROCESS_TIMEOUT = 3600
 
 # One subprocess per store: python -c CHILD <samples,...> <repeats> <warm calls>; prints one JSON line at the end.
-CHILD = r'''
+CHILD = r"""
 import json, os, statistics, sys, time
 
 import torch
@@ -172,16 +172,32 @@ for index in range(warm_calls):
         warm[name].append(timed(logs_one_metric if name == "one metric" else logs_nothing))
 report["warm"] = warm
 print(json.dumps(report))
-'''
+"""
 
 
 def start_server(workdir: str) -> tuple:
     """A local ``mlflow server`` with a SQLite backend; (process, URL)."""
     port = free_port("127.0.0.1")
     process = subprocess.Popen(
-        [PYTHON, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{workdir}/server.db", "--default-artifact-root", f"{workdir}/artifacts"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            PYTHON,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{workdir}/server.db",
+            "--default-artifact-root",
+            f"{workdir}/artifacts",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600  # a loaded machine takes minutes
@@ -247,18 +263,28 @@ def report(store: str, data: Dict[str, Any]) -> bool:
                 got = [(row["landed"]["loss"], row["landed"]["total_loss"]) for row in rows[name]]
                 ok = all(loss == 2 * steps and total == 2 for loss, total in got)
                 complete &= ok
-                landed = f"loss {', '.join(str(g[0]) for g in got)} of {2 * steps}; total_loss " \
-                         f"{', '.join(str(g[1]) for g in got)} of 2" + ("" if ok else "  MISSING POINTS")
-            print(f"    {samples:>7} {label:<28} {len(loops):>2} {statistics.median(loops):>9.2f}s "
-                  f"{statistics.median(walls):>9.2f}s   {landed}")
-        ratio = statistics.median(r["loop"] for r in rows["with"]) / statistics.median(r["loop"] for r in rows["without"])
+                landed = (
+                    f"loss {', '.join(str(g[0]) for g in got)} of {2 * steps}; total_loss "
+                    f"{', '.join(str(g[1]) for g in got)} of 2" + ("" if ok else "  MISSING POINTS")
+                )
+            print(
+                f"    {samples:>7} {label:<28} {len(loops):>2} {statistics.median(loops):>9.2f}s "
+                f"{statistics.median(walls):>9.2f}s   {landed}"
+            )
+        ratio = statistics.median(r["loop"] for r in rows["with"]) / statistics.median(
+            r["loop"] for r in rows["without"]
+        )
         pairs = [w["loop"] / a["loop"] for w, a in zip(rows["with"], rows["without"])]
-        print(f"    {samples:>7} loop (b)/(a) {ratio:.3f} (pairs: {', '.join(f'{p:.3f}' for p in pairs)})  "
-              f"target <= 1.15  {verdict(ratio <= 1.15)}")
+        print(
+            f"    {samples:>7} loop (b)/(a) {ratio:.3f} (pairs: {', '.join(f'{p:.3f}' for p in pairs)})  "
+            f"target <= 1.15  {verdict(ratio <= 1.15)}"
+        )
     one, nothing = statistics.median(data["warm"]["one metric"]), statistics.median(data["warm"]["nothing"])
-    print(f"    warm call, one log_metric (c) {one:.3f}s, without (d) {nothing:.3f}s "
-          f"(n={len(data['warm']['nothing'])}): (c) - (d) {one - nothing:+.3f}s  target <= 0.3 s  "
-          f"{verdict(one - nothing <= 0.3)}")
+    print(
+        f"    warm call, one log_metric (c) {one:.3f}s, without (d) {nothing:.3f}s "
+        f"(n={len(data['warm']['nothing'])}): (c) - (d) {one - nothing:+.3f}s  target <= 0.3 s  "
+        f"{verdict(one - nothing <= 0.3)}"
+    )
     loads = [row["load"] for rows in data["sizes"].values() for variant in rows.values() for row in variant]
     print(f"    load average (1 min) at the end of each call: {min(loads):.1f} to {max(loads):.1f}\n")
     return complete
@@ -285,8 +311,10 @@ def main() -> None:
             complete &= report(store, measure(store, workdir, sizes, options.repeats, options.warm_calls))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"  load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"benchmark took {time.perf_counter() - started:.0f} s")
+    print(
+        f"  load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+        f"benchmark took {time.perf_counter() - started:.0f} s"
+    )
     if not complete:
         raise SystemExit("points were lost")
 

@@ -153,7 +153,7 @@ def _train_block(rng: random.Random) -> str:
         features = features.to(DEVICE, non_blocking=True)
         labels = labels.to(DEVICE, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=DEVICE.type, enabled={rng.choice(['True', 'False'])}):
+        with torch.autocast(device_type=DEVICE.type, enabled={rng.choice(["True", "False"])}):
             logits = model(features)
             loss = F.cross_entropy(logits, labels, label_smoothing={rng.choice([0.0, 0.1])})
         loss.backward()
@@ -258,7 +258,7 @@ def _metrics_block(rng: random.Random) -> str:
 
 
 def _args_block(rng: random.Random) -> str:
-    return f'''def parse_{_name(rng, 1)}_args(argv=None) -> argparse.Namespace:
+    return f"""def parse_{_name(rng, 1)}_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train a {_name(rng)} model.")
     parser.add_argument("--epochs", type=int, default={rng.randint(1, 50)})
     parser.add_argument("--batch-size", type=int, default={rng.choice([32, 64, 128])})
@@ -269,24 +269,31 @@ def _args_block(rng: random.Random) -> str:
     return parser.parse_args(argv)
 
 
-'''
+"""
 
 
 def _near_miss_block(rng: random.Random) -> str:
     """Device set-up code that mentions ``gpus`` the way real scripts do, with nothing to migrate."""
-    return f'''def describe_{_name(rng, 1)}_devices() -> dict:
+    return f"""def describe_{_name(rng, 1)}_devices() -> dict:
     num_gpus = torch.cuda.device_count()
     world = int(os.environ.get("WORLD_SIZE", max(num_gpus, 1)))
     parser_hint = "pass --gpus {rng.choice([1, 2, 4, 8])} to use fewer devices"
     return {{"num_gpus": num_gpus, "world_size": world, "hint": parser_hint}}
 
 
-'''
+"""
 
 
 _BLOCKS: Sequence[Callable[[random.Random], str]] = (
-    _config_block, _dataset_block, _model_block, _train_block, _eval_block, _schedule_block, _checkpoint_block,
-    _metrics_block, _args_block,
+    _config_block,
+    _dataset_block,
+    _model_block,
+    _train_block,
+    _eval_block,
+    _schedule_block,
+    _checkpoint_block,
+    _metrics_block,
+    _args_block,
 )
 
 _HEADER_IMPORTS = (
@@ -295,7 +302,7 @@ _HEADER_IMPORTS = (
     "from torch.utils.data import DataLoader, Dataset, DistributedSampler\n"
 )
 _PRELUDE = (
-    '\nlogger = logging.getLogger(__name__)\n'
+    "\nlogger = logging.getLogger(__name__)\n"
     'DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n\n\n'
 )
 
@@ -379,9 +386,7 @@ def write_matching_files(directory: str, count: int, lines: int, seed: int) -> L
     for index in range(count):
         statement, spelling = _IMPORT_FORMS[index % len(_IMPORT_FORMS)]
         decorators = rng.randint(2, 4)
-        extra = [
-            _decorated_function(rng, f"{spelling}({rng.choice(OLD_KEYWORDS)[0]})") for _ in range(decorators)
-        ]
+        extra = [_decorated_function(rng, f"{spelling}({rng.choice(OLD_KEYWORDS)[0]})") for _ in range(decorators)]
         chunks = list(extra)
         while sum(chunk.count("\n") for chunk in chunks) < lines - 20:  # the header is about 20 lines
             chunks.append(rng.choice(_BLOCKS)(rng))
@@ -423,8 +428,12 @@ def notebook_cells(count: int, seed: int) -> List[NotebookCell]:
             statement, spelling = rng.choice(_IMPORT_FORMS)
             cells.append(NotebookCell("code", statement.rstrip("\n")))
         elif roll < 0.25:
-            cells.append(NotebookCell("markdown", f"## {_name(rng).replace('_', ' ').title()}\n\n"
-                                                  f"Results on {rng.choice(_DATASETS)} follow."))
+            cells.append(
+                NotebookCell(
+                    "markdown",
+                    f"## {_name(rng).replace('_', ' ').title()}\n\nResults on {rng.choice(_DATASETS)} follow.",
+                )
+            )
         elif roll < 0.40:
             decorator = f"{spelling}({rng.choice(OLD_KEYWORDS)[0]})"
             text = _decorated_function(rng, decorator).rstrip("\n")
@@ -455,19 +464,28 @@ def _lines(text: str) -> List[str]:
 def write_ipynb(path: str, cells: Sequence[NotebookCell], output_lines: int = 0) -> None:
     """The cells as a Jupyter notebook in nbformat's own layout (indent 1, sorted keys, sources as lists); with
     ``output_lines``, each code cell has run and printed that many lines of training log (as a saved notebook has)."""
+
     def outputs(number: int) -> List[dict]:  # type: ignore[type-arg]
         if not output_lines:
             return []
-        text = [f"epoch {epoch} step {number * 100 + epoch}: loss {1 / (epoch + number + 1):.6f}, "
-                f"throughput {1000 + number % 97} samples/s\n" for epoch in range(output_lines)]
+        text = [
+            f"epoch {epoch} step {number * 100 + epoch}: loss {1 / (epoch + number + 1):.6f}, "
+            f"throughput {1000 + number % 97} samples/s\n"
+            for epoch in range(output_lines)
+        ]
         return [{"name": "stdout", "output_type": "stream", "text": text}]
 
     document = {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": _lines(cell.source)}
             if cell.kind == "markdown"
-            else {"cell_type": "code", "execution_count": number if output_lines else None, "metadata": {},
-                  "outputs": outputs(number), "source": _lines(cell.source)}
+            else {
+                "cell_type": "code",
+                "execution_count": number if output_lines else None,
+                "metadata": {},
+                "outputs": outputs(number),
+                "source": _lines(cell.source),
+            }
             for number, cell in enumerate(cells, start=1)
         ],
         "metadata": {
@@ -490,7 +508,7 @@ def databricks_cell(cell: NotebookCell) -> str:
         return _magic_lines("%md\n" + cell.source)
     first = cell.source.lstrip()
     if first.startswith("%%bash"):
-        return _magic_lines("%sh" + cell.source[len("%%bash"):])
+        return _magic_lines("%sh" + cell.source[len("%%bash") :])
     if first.startswith("%pip"):
         return _magic_lines(cell.source)
     kept = [line for line in cell.source.splitlines() if not _is_magic_line(line)]

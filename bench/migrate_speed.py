@@ -91,16 +91,51 @@ import migrate_variants as variants
 SEED = 20261129
 OUR_COMMAND = [sys.executable, "-m", "air_migrate"]
 LIBCST_COMMAND = [
-    sys.executable, "-m", "libcst.tool", "codemod", "rename.RenameCommand", "-j", "2", "--no-format",
-    "--hide-progress", "--old_name", "serverless_gpu", "--new_name", "databricks.air",
+    sys.executable,
+    "-m",
+    "libcst.tool",
+    "codemod",
+    "rename.RenameCommand",
+    "-j",
+    "2",
+    "--no-format",
+    "--hide-progress",
+    "--old_name",
+    "serverless_gpu",
+    "--new_name",
+    "databricks.air",
 ]
 PARSE_COMMAND = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_libcst_parse.py")]
-CASE_KEYS = ("a", "b-ipynb", "b-databricks", "b2-ipynb", "b2-databricks", "c-j2", "c-j1", "d", "p-j2", "dp", "s-j2",
-             "ds", "e", "f", "lb-ipynb", "lb-databricks", "lb2-ipynb", "lb2-databricks", "le")
+CASE_KEYS = (
+    "a",
+    "b-ipynb",
+    "b-databricks",
+    "b2-ipynb",
+    "b2-databricks",
+    "c-j2",
+    "c-j1",
+    "d",
+    "p-j2",
+    "dp",
+    "s-j2",
+    "ds",
+    "e",
+    "f",
+    "lb-ipynb",
+    "lb-databricks",
+    "lb2-ipynb",
+    "lb2-databricks",
+    "le",
+)
 ANCHORS = {"c-j2": "d", "p-j2": "dp", "s-j2": "ds"}
 """Each corpus of many files, with the anchor run on the same files."""
-PARSE_ANCHORS = {"b-ipynb": "lb-ipynb", "b-databricks": "lb-databricks", "b2-ipynb": "lb2-ipynb",
-                 "b2-databricks": "lb2-databricks", "e": "le"}
+PARSE_ANCHORS = {
+    "b-ipynb": "lb-ipynb",
+    "b-databricks": "lb-databricks",
+    "b2-ipynb": "lb2-ipynb",
+    "b2-databricks": "lb2-databricks",
+    "e": "le",
+}
 """Each notebook and the 3 MB script, with a fresh process that only parses its cells with libcst (issue 31)."""
 PARSE_BUDGET = 1.5
 BIG_SCRIPT_BYTES = 3_000_000
@@ -196,8 +231,11 @@ def installed_environment(scratch: str) -> Dict[str, str]:
 
 def warm_up(env: Dict[str, str]) -> None:
     """Fill the bytecode cache once, untimed."""
-    subprocess.run([sys.executable, "-c", "import air_migrate.cli, libcst.tool, libcst.codemod.commands.rename"],
-                   env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import air_migrate.cli, libcst.tool, libcst.codemod.commands.rename"],
+        env=env,
+        check=True,
+    )
 
 
 def run_once(case: Case, scratch: str) -> None:
@@ -215,8 +253,13 @@ def run_once(case: Case, scratch: str) -> None:
     peak = os.path.join(scratch, "peak-memory")
     with open(os.path.join(scratch, "stdout"), "w+") as out, open(os.path.join(scratch, "stderr"), "w+") as err:
         start = time.perf_counter()
-        process = subprocess.Popen([sys.executable, PEAK_MEMORY, peak, "--", *case.command, case.corpus], cwd=work,
-                                   stdout=out, stderr=err, env=case.env or installed_environment(scratch))
+        process = subprocess.Popen(
+            [sys.executable, PEAK_MEMORY, peak, "--", *case.command, case.corpus],
+            cwd=work,
+            stdout=out,
+            stderr=err,
+            env=case.env or installed_environment(scratch),
+        )
         _, status, usage = os.wait4(process.pid, 0)  # this command's own usage, its workers included
         elapsed = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -240,8 +283,9 @@ def before_twin(case: Case, code: str) -> Case:
     """``case`` run with the code under ``code`` (an ``air_migrate`` package there) first on the path."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")])))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return dataclasses.replace(case, key=case.key + "@before", label=case.label + " [before]", env=env,
-                               times=[], cpu=[], memory=[], last=None)
+    return dataclasses.replace(
+        case, key=case.key + "@before", label=case.label + " [before]", env=env, times=[], cpu=[], memory=[], last=None
+    )
 
 
 # --- checks -----------------------------------------------------------------------------------------------------
@@ -249,9 +293,7 @@ def before_twin(case: Case, code: str) -> Case:
 
 def _expect_exit(run: Run, code: int, what: str) -> None:
     if run.returncode != code:
-        raise WrongResult(
-            f"{what}: exit code {run.returncode}, expected {code}\nstderr (end):\n{run.stderr[-2000:]}"
-        )
+        raise WrongResult(f"{what}: exit code {run.returncode}, expected {code}\nstderr (end):\n{run.stderr[-2000:]}")
 
 
 def _files(root: str) -> Dict[str, bytes]:
@@ -348,8 +390,10 @@ def _old_imports_and_keywords(text: str) -> List[str]:
 def check_matching(files: Sequence[object], scratch: str, name: str) -> Callable[[str, Run], None]:
     """Every file changed, parses, has no old import or keyword left, and one ``num_accelerators=`` per old
     decorator (``files`` are :class:`migrate_corpus.MatchingFile` or :class:`migrate_variants.VariedFile`)."""
-    decorators = {os.path.relpath(f.path, os.path.join(scratch, "pristine", name)): f.decorators  # type: ignore
-                  for f in files}
+    decorators = {
+        os.path.relpath(f.path, os.path.join(scratch, "pristine", name)): f.decorators  # type: ignore
+        for f in files
+    }
 
     def check(pristine: str, run: Run) -> None:
         _expect_exit(run, 0, "matching corpus")
@@ -364,8 +408,10 @@ def check_matching(files: Sequence[object], scratch: str, name: str) -> Callable
             if left:
                 raise WrongResult(f"matching corpus: {name} still has {left}")
             if text.count("num_accelerators=") != decorators[name]:
-                raise WrongResult(f"matching corpus: {name} has {text.count('num_accelerators=')} "
-                                  f"num_accelerators=, expected {decorators[name]}")
+                raise WrongResult(
+                    f"matching corpus: {name} has {text.count('num_accelerators=')} "
+                    f"num_accelerators=, expected {decorators[name]}"
+                )
 
     return check
 
@@ -431,14 +477,20 @@ def build_corpora(scratch: str, sizes: Sizes) -> Dict[str, object]:
         os.path.join(pristine, "sparse"), sizes.matching_files, sizes.matching_lines, SEED + 5
     )
     big_uses = _write_big_script(os.path.join(pristine, "big.py"), sizes, SEED + 6)
-    big_cells = variants.varied_notebook_cells(
-        BIG_NOTEBOOK_CELLS // (10 if sizes is QUICK else 1), SEED + 7)
+    big_cells = variants.varied_notebook_cells(BIG_NOTEBOOK_CELLS // (10 if sizes is QUICK else 1), SEED + 7)
     corpus.write_ipynb(os.path.join(pristine, "big.ipynb"), big_cells, BIG_NOTEBOOK_OUTPUT_LINES)
     subprocess.run(
         [sys.executable, "-m", "libcst.tool", "initialize", "."], cwd=scratch, check=True, stdout=subprocess.DEVNULL
     )
-    return {"matching": matching, "cells": cells, "varied_cells": varied_cells, "placed": placed, "sparse": sparse,
-            "big_uses": big_uses, "big_cells": big_cells}
+    return {
+        "matching": matching,
+        "cells": cells,
+        "varied_cells": varied_cells,
+        "placed": placed,
+        "sparse": sparse,
+        "big_uses": big_uses,
+        "big_cells": big_cells,
+    }
 
 
 def _write_big_script(path: str, sizes: Sizes, seed: int) -> int:
@@ -473,39 +525,110 @@ def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> 
         return None if quick else seconds  # a quick run's corpora are smaller: its times are not judged
 
     all_cases = [
-        Case("a", f"a. {sizes.plain_files:,} files, no match ({sizes.near_misses} mention gpus)", "plain",
-             OUR_COMMAND, check_unchanged(sizes.plain_files), budget(5.0)),
-        Case("b-ipynb", f"b. {sizes.cells}-cell .ipynb with matches", "notebook.ipynb",
-             OUR_COMMAND, check_ipynb(cells), budget(2.0)),
-        Case("b-databricks", "b. same cells as a Databricks .py source", "notebook.py",
-             OUR_COMMAND, check_databricks(cells), budget(2.0)),
-        Case("b2-ipynb", f"b2. {sizes.cells}-cell .ipynb, uses anywhere, more magics", "varied.ipynb",
-             OUR_COMMAND, check_ipynb(varied_cells), budget(2.0)),
-        Case("b2-databricks", "b2. same cells as a Databricks .py source", "varied.py",
-             OUR_COMMAND, check_databricks(varied_cells), budget(2.0)),
-        Case("c-j2", f"c. {sizes.matching_files} matching files x ~{lines} lines, -j2", "matching",
-             [*OUR_COMMAND, "-j2"], check_matching(matching, scratch, "matching"), budget(30.0)),
-        Case("c-j1", "c. same, -j1 (reference)", "matching", [*OUR_COMMAND, "-j1"],
-             check_matching(matching, scratch, "matching")),
+        Case(
+            "a",
+            f"a. {sizes.plain_files:,} files, no match ({sizes.near_misses} mention gpus)",
+            "plain",
+            OUR_COMMAND,
+            check_unchanged(sizes.plain_files),
+            budget(5.0),
+        ),
+        Case(
+            "b-ipynb",
+            f"b. {sizes.cells}-cell .ipynb with matches",
+            "notebook.ipynb",
+            OUR_COMMAND,
+            check_ipynb(cells),
+            budget(2.0),
+        ),
+        Case(
+            "b-databricks",
+            "b. same cells as a Databricks .py source",
+            "notebook.py",
+            OUR_COMMAND,
+            check_databricks(cells),
+            budget(2.0),
+        ),
+        Case(
+            "b2-ipynb",
+            f"b2. {sizes.cells}-cell .ipynb, uses anywhere, more magics",
+            "varied.ipynb",
+            OUR_COMMAND,
+            check_ipynb(varied_cells),
+            budget(2.0),
+        ),
+        Case(
+            "b2-databricks",
+            "b2. same cells as a Databricks .py source",
+            "varied.py",
+            OUR_COMMAND,
+            check_databricks(varied_cells),
+            budget(2.0),
+        ),
+        Case(
+            "c-j2",
+            f"c. {sizes.matching_files} matching files x ~{lines} lines, -j2",
+            "matching",
+            [*OUR_COMMAND, "-j2"],
+            check_matching(matching, scratch, "matching"),
+            budget(30.0),
+        ),
+        Case(
+            "c-j1",
+            "c. same, -j1 (reference)",
+            "matching",
+            [*OUR_COMMAND, "-j1"],
+            check_matching(matching, scratch, "matching"),
+        ),
         Case("d", "d. anchor: libcst RenameCommand on (c), -j 2", "matching", LIBCST_COMMAND, check_libcst),
-        Case("p-j2", f"p. {count} files x ~{lines} lines, uses anywhere, -j2", "placed",
-             [*OUR_COMMAND, "-j2"], check_matching(placed, scratch, "placed")),
+        Case(
+            "p-j2",
+            f"p. {count} files x ~{lines} lines, uses anywhere, -j2",
+            "placed",
+            [*OUR_COMMAND, "-j2"],
+            check_matching(placed, scratch, "placed"),
+        ),
         Case("dp", "dp. anchor: libcst RenameCommand on (p), -j 2", "placed", LIBCST_COMMAND, check_libcst),
-        Case("s-j2", f"s. {count} sparse files x ~{lines} lines, -j2", "sparse",
-             [*OUR_COMMAND, "-j2"], check_matching(sparse, scratch, "sparse")),
+        Case(
+            "s-j2",
+            f"s. {count} sparse files x ~{lines} lines, -j2",
+            "sparse",
+            [*OUR_COMMAND, "-j2"],
+            check_matching(sparse, scratch, "sparse"),
+        ),
         Case("ds", "ds. anchor: libcst RenameCommand on (s), -j 2", "sparse", LIBCST_COMMAND, check_libcst),
-        Case("e", "e. one 3 MB script of (p)'s code, --check", "big.py", [*OUR_COMMAND, "--check"],
-             check_big_script(built["big_uses"]), budget(20.0),  # type: ignore[arg-type]
-             memory_budget=None if quick else 500.0),
-        Case("f", f"f. {len(built['big_cells']):,}-cell .ipynb of (b2)'s cells, with outputs",  # type: ignore
-             "big.ipynb", OUR_COMMAND, check_ipynb(built["big_cells"])),  # type: ignore[arg-type]
-        Case("lb-ipynb", "lb. anchor: libcst parses every cell of (b), .ipynb", "notebook.ipynb", PARSE_COMMAND,
-             check_parsed),
+        Case(
+            "e",
+            "e. one 3 MB script of (p)'s code, --check",
+            "big.py",
+            [*OUR_COMMAND, "--check"],
+            check_big_script(built["big_uses"]),
+            budget(20.0),  # type: ignore[arg-type]
+            memory_budget=None if quick else 500.0,
+        ),
+        Case(
+            "f",
+            f"f. {len(built['big_cells']):,}-cell .ipynb of (b2)'s cells, with outputs",  # type: ignore
+            "big.ipynb",
+            OUR_COMMAND,
+            check_ipynb(built["big_cells"]),
+        ),  # type: ignore[arg-type]
+        Case(
+            "lb-ipynb",
+            "lb. anchor: libcst parses every cell of (b), .ipynb",
+            "notebook.ipynb",
+            PARSE_COMMAND,
+            check_parsed,
+        ),
         Case("lb-databricks", "lb. anchor: the same, Databricks source", "notebook.py", PARSE_COMMAND, check_parsed),
-        Case("lb2-ipynb", "lb2. anchor: libcst parses every cell of (b2), .ipynb", "varied.ipynb", PARSE_COMMAND,
-             check_parsed),
-        Case("lb2-databricks", "lb2. anchor: the same, Databricks source", "varied.py", PARSE_COMMAND,
-             check_parsed),
+        Case(
+            "lb2-ipynb",
+            "lb2. anchor: libcst parses every cell of (b2), .ipynb",
+            "varied.ipynb",
+            PARSE_COMMAND,
+            check_parsed,
+        ),
+        Case("lb2-databricks", "lb2. anchor: the same, Databricks source", "varied.py", PARSE_COMMAND, check_parsed),
         Case("le", "le. anchor: libcst parses (e)'s 3 MB script", "big.py", PARSE_COMMAND, check_parsed),
     ]
     assert tuple(case.key for case in all_cases) == CASE_KEYS
@@ -513,8 +636,10 @@ def cases(scratch: str, sizes: Sizes, built: Dict[str, object], quick: bool) -> 
 
 
 def report(all_cases: Dict[str, Case], repeats: int) -> None:
-    print(f"\n{'case':<66} {'budget':>8} {'median':>8} {'best':>8} {'CPU':>8} {'memory':>8}  runs (s)"
-          "                  verdict")
+    print(
+        f"\n{'case':<66} {'budget':>8} {'median':>8} {'best':>8} {'CPU':>8} {'memory':>8}  runs (s)"
+        "                  verdict"
+    )
     for case in all_cases.values():
         budget = f"{case.budget:.1f} s" if case.budget is not None else "-"
         runs = " ".join(f"{t:.2f}" for t in case.times)
@@ -522,25 +647,32 @@ def report(all_cases: Dict[str, Case], repeats: int) -> None:
             runs += f" (stopped after {len(case.times)})"
         best = case.times.index(case.best)
         over = (case.budget is not None and case.median > case.budget) or (
-            case.memory_budget is not None and case.memory[best] > case.memory_budget)
+            case.memory_budget is not None and case.memory[best] > case.memory_budget
+        )
         verdict = "" if case.budget is None and case.memory_budget is None else ("OVER" if over else "ok")
-        print(f"{case.label:<66} {budget:>8} {case.median:>6.2f} s {case.best:>6.2f} s {case.cpu[best]:>6.2f} s "
-              f"{case.memory[best]:>5.0f} MB  {runs:<25} {verdict}")
+        print(
+            f"{case.label:<66} {budget:>8} {case.median:>6.2f} s {case.best:>6.2f} s {case.cpu[best]:>6.2f} s "
+            f"{case.memory[best]:>5.0f} MB  {runs:<25} {verdict}"
+        )
     print()
     for ours, anchor in [*ANCHORS.items(), *((f"{key}@before", value) for key, value in ANCHORS.items())]:
         if ours in all_cases and anchor in all_cases:
             ratio = all_cases[ours].median / all_cases[anchor].median
             cpu = statistics.median(all_cases[ours].cpu) / statistics.median(all_cases[anchor].cpu)
             verdict = "ok" if ratio <= 0.3 else "OVER"
-            print(f"ratio {ours} / {anchor} (libcst RenameCommand, -j 2, same files; medians): {ratio:.2f} wall, "
-                  f"{cpu:.2f} CPU (budget 0.30: {verdict})")
+            print(
+                f"ratio {ours} / {anchor} (libcst RenameCommand, -j 2, same files; medians): {ratio:.2f} wall, "
+                f"{cpu:.2f} CPU (budget 0.30: {verdict})"
+            )
     for ours, anchor in [*PARSE_ANCHORS.items(), *((f"{key}@before", value) for key, value in PARSE_ANCHORS.items())]:
         if ours in all_cases and anchor in all_cases:
             ratio = all_cases[ours].median / all_cases[anchor].median
             cpu = statistics.median(all_cases[ours].cpu) / statistics.median(all_cases[anchor].cpu)
             verdict = "ok" if ratio <= PARSE_BUDGET else "OVER"
-            print(f"ratio {ours} / {anchor} (a fresh process parsing the same cells with libcst; medians): "
-                  f"{ratio:.2f} wall, {cpu:.2f} CPU (budget {PARSE_BUDGET:.2f}: {verdict})")
+            print(
+                f"ratio {ours} / {anchor} (a fresh process parsing the same cells with libcst; medians): "
+                f"{ratio:.2f} wall, {cpu:.2f} CPU (budget {PARSE_BUDGET:.2f}: {verdict})"
+            )
     if "c-j2" in all_cases and "c-j1" in all_cases:
         print(f"speed-up -j2 over -j1: {all_cases['c-j1'].median / all_cases['c-j2'].median:.2f}")
     if "f" in all_cases and "b2-ipynb" in all_cases:
@@ -549,24 +681,35 @@ def report(all_cases: Dict[str, Case], repeats: int) -> None:
         ratio = big.median / small.median / cells
         cpu = statistics.median(big.cpu) / statistics.median(small.cpu) / cells
         verdict = "ok" if ratio <= PER_CELL_BUDGET else "OVER"
-        print(f"time per cell, f / b2-ipynb (medians): {ratio:.2f} wall, {cpu:.2f} CPU (budget "
-              f"{PER_CELL_BUDGET:.2f}: {verdict})")
+        print(
+            f"time per cell, f / b2-ipynb (medians): {ratio:.2f} wall, {cpu:.2f} CPU (budget "
+            f"{PER_CELL_BUDGET:.2f}: {verdict})"
+        )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="10x smaller corpora, one run each, no budgets")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs per case; the median is judged, the best shown too (default 3)")
-    parser.add_argument("--case-seconds", type=float, default=120.0,
-                        help="stop repeating a case once its runs add up to this (default 120)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per case; the median is judged, the best shown too (default 3)"
+    )
+    parser.add_argument(
+        "--case-seconds",
+        type=float,
+        default=120.0,
+        help="stop repeating a case once its runs add up to this (default 120)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory and print its path")
-    parser.add_argument("--cases", default="",
-                        help=f"comma-separated keys of the cases to run: {', '.join(CASE_KEYS)} (default: all)")
-    parser.add_argument("--before", metavar="DIR",
-                        help="also run each air-migrate case with the code in DIR (a folder holding an air_migrate "
-                             "package, e.g. an older commit's codemods/ copied as DIR/air_migrate), interleaved "
-                             "with this code's runs; figures are medians")
+    parser.add_argument(
+        "--cases", default="", help=f"comma-separated keys of the cases to run: {', '.join(CASE_KEYS)} (default: all)"
+    )
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also run each air-migrate case with the code in DIR (a folder holding an air_migrate "
+        "package, e.g. an older commit's codemods/ copied as DIR/air_migrate), interleaved "
+        "with this code's runs; figures are medians",
+    )
     args = parser.parse_args(argv)
     wanted = [key.strip() for key in args.cases.split(",") if key.strip()]
     unknown = set(wanted) - set(CASE_KEYS)
@@ -587,9 +730,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         groups += [[chosen[ours], chosen[anchor]] for ours, anchor in pairs.items() if ours in paired]
         if args.before:
             code = os.path.abspath(args.before)
-            groups = [[each for case in group
-                       for each in ([before_twin(case, code), case] if case.command[:3] == OUR_COMMAND else [case])]
-                      for group in groups]
+            groups = [
+                [
+                    each
+                    for case in group
+                    for each in ([before_twin(case, code), case] if case.command[:3] == OUR_COMMAND else [case])
+                ]
+                for group in groups
+            ]
         warm_up(installed_environment(scratch))
         run_rounds(groups, scratch, repeats, args.case_seconds)
         chosen = {case.key: case for group in groups for case in group}

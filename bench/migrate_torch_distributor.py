@@ -51,18 +51,31 @@ def spark_cells(count: int, runs_every: int, seed: int) -> Tuple[List[Tuple[str,
     cells = [
         ("markdown", "# Training on the Spark cluster"),
         ("code", "%pip install torchmetrics==1.4.0"),
-        ("code", "import os\nimport torch\nimport torch.nn as nn\n"
-                 "from pyspark.ml.torch.distributor import TorchDistributor"),
+        (
+            "code",
+            "import os\nimport torch\nimport torch.nn as nn\nfrom pyspark.ml.torch.distributor import TorchDistributor",
+        ),
     ]
     runs = 0
     while len(cells) < count:
         n = len(cells)
         if n % runs_every == 0 and len(cells) + 3 <= count:
-            settings = rng.choice(["num_processes=2", "num_processes=8, local_mode=True",
-                                   "num_processes=torch.cuda.device_count()", "2, True, False"])
-            cells.append(("code", f"def train_{n}(epochs, lr=0.01):\n    import torch.distributed as dist\n\n"
-                                  "    dist.init_process_group('nccl')\n    model = nn.Linear(8, 1)\n"
-                                  "    for _ in range(epochs):\n        pass\n    return lr * epochs"))
+            settings = rng.choice(
+                [
+                    "num_processes=2",
+                    "num_processes=8, local_mode=True",
+                    "num_processes=torch.cuda.device_count()",
+                    "2, True, False",
+                ]
+            )
+            cells.append(
+                (
+                    "code",
+                    f"def train_{n}(epochs, lr=0.01):\n    import torch.distributed as dist\n\n"
+                    "    dist.init_process_group('nccl')\n    model = nn.Linear(8, 1)\n"
+                    "    for _ in range(epochs):\n        pass\n    return lr * epochs",
+                )
+            )
             cells.append(("code", f"distributor_{n} = TorchDistributor({settings})"))
             used = "result = " if rng.random() < 0.5 else ""
             cells.append(("code", f"{used}distributor_{n}.run(train_{n}, 3, lr=0.001)"))
@@ -73,17 +86,29 @@ def spark_cells(count: int, runs_every: int, seed: int) -> Tuple[List[Tuple[str,
             cells.append(("code", f"%time x_{n} = torch.randn(64, 8)\nprint(x_{n}.mean())"))
         else:
             width = rng.choice([16, 32, 64])
-            cells.append(("code", f"class Block{n}(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-                                  f"        self.layer = nn.Linear({width}, {width})\n\n"
-                                  f"    def forward(self, x):\n        return torch.relu(self.layer(x))\n\n\n"
-                                  f"def helper_{n}(values):\n    return [v * 2 for v in values if v > {n % 5}]"))
+            cells.append(
+                (
+                    "code",
+                    f"class Block{n}(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    f"        self.layer = nn.Linear({width}, {width})\n\n"
+                    f"    def forward(self, x):\n        return torch.relu(self.layer(x))\n\n\n"
+                    f"def helper_{n}(values):\n    return [v * 2 for v in values if v > {n % 5}]",
+                )
+            )
     return cells, runs
 
 
 def write_notebook(path: str, cells: Sequence[Tuple[str, str]]) -> None:
     document = {
-        "cells": [{"cell_type": kind, "metadata": {}, "source": source.splitlines(keepends=True),
-                   **({"execution_count": None, "outputs": []} if kind == "code" else {})} for kind, source in cells],
+        "cells": [
+            {
+                "cell_type": kind,
+                "metadata": {},
+                "source": source.splitlines(keepends=True),
+                **({"execution_count": None, "outputs": []} if kind == "code" else {}),
+            }
+            for kind, source in cells
+        ],
         "metadata": {"kernelspec": KERNEL, "language_info": {"name": "python"}},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -100,14 +125,18 @@ def write_databricks(path: str, cells: Sequence[Tuple[str, str]]) -> None:
         return "\n".join(line for line in source.splitlines() if not line.startswith("%"))
 
     with open(path, "w", encoding="utf-8") as stream:
-        stream.write("# Databricks notebook source\n" + "\n\n# COMMAND ----------\n\n".join(
-            cell(kind, source) for kind, source in cells) + "\n")
+        stream.write(
+            "# Databricks notebook source\n"
+            + "\n\n# COMMAND ----------\n\n".join(cell(kind, source) for kind, source in cells)
+            + "\n"
+        )
 
 
 def spark_check(runs: int) -> Callable[[str, str], None]:
     def check(before: str, after: str) -> None:
         if "TorchDistributor" in after or after.count("@distributed(") != runs or after.count(".distributed(") != runs:
             raise SystemExit("wrong result: TorchDistributor left, or decorators or runs missing")
+
     return check
 
 

@@ -83,25 +83,41 @@ def _use(rng: random.Random, spelling: str, members: bool) -> str:
     if placement == 0:  # a top-level decorated function
         return f"@{spelling}({keywords})\n" + _signature(rng, name) + _body(rng, "") + "\n\n"
     if placement == 1:  # stacked with other decorators, above and below
-        above, below = rng.choice([("log_calls", "torch.no_grad()"), ("functools.lru_cache(maxsize=None)", "log_calls")])
+        above, below = rng.choice(
+            [("log_calls", "torch.no_grad()"), ("functools.lru_cache(maxsize=None)", "log_calls")]
+        )
         return f"@{above}\n@{spelling}({keywords})\n@{below}\n" + _signature(rng, name) + _body(rng, "") + "\n\n"
     if placement == 2:  # a method
-        return (f"class {base._camel(rng)}Job:\n    \"\"\"Runs the job on the cluster.\"\"\"\n\n    @staticmethod\n"
-                f"    @{spelling}({keywords})\n" + _signature(rng, name, "    ") + _body(rng, "    ") + "\n\n")
+        return (
+            f'class {base._camel(rng)}Job:\n    """Runs the job on the cluster."""\n\n    @staticmethod\n'
+            f"    @{spelling}({keywords})\n" + _signature(rng, name, "    ") + _body(rng, "    ") + "\n\n"
+        )
     if placement == 3:  # a function defined inside another
-        return (f"def make_{name}():\n    level = {rng.randint(0, 3)}\n\n    @{spelling}({keywords})\n"
-                + _signature(rng, "job", "    ") + _body(rng, "    ") + "\n    return job\n\n\n")
+        return (
+            f"def make_{name}():\n    level = {rng.randint(0, 3)}\n\n    @{spelling}({keywords})\n"
+            + _signature(rng, "job", "    ")
+            + _body(rng, "    ")
+            + "\n    return job\n\n\n"
+        )
     if placement == 4:  # the call form
         return _signature(rng, f"{name}_fn") + _body(rng, "") + f"\n\n{name} = {spelling}({keywords})({name}_fn)\n\n\n"
     if placement == 5:  # keywords over several lines, with a comment
         return f"@{spelling}{_split_keywords(rng, keywords, '')}\n" + _signature(rng, name) + _body(rng, "") + "\n\n"
     if placement == 6:  # decorated, then given other resources
-        return (f"@{spelling}(gpus=1)\n" + _signature(rng, name) + _body(rng, "")
-                + f"\n\nlarger_{name} = {name}.with_overrides({keywords})\n\n\n")
+        return (
+            f"@{spelling}(gpus=1)\n"
+            + _signature(rng, name)
+            + _body(rng, "")
+            + f"\n\nlarger_{name} = {name}.with_overrides({keywords})\n\n\n"
+        )
     # an import inside the function that uses it
-    return (f"def launch_{name}():\n    from serverless_gpu import distributed as nested\n\n"
-            f"    @nested({keywords})\n" + _signature(rng, "job", "    ") + _body(rng, "    ")
-            + "\n    return job.distributed()\n\n\n")
+    return (
+        f"def launch_{name}():\n    from serverless_gpu import distributed as nested\n\n"
+        f"    @nested({keywords})\n"
+        + _signature(rng, "job", "    ")
+        + _body(rng, "    ")
+        + "\n    return job.distributed()\n\n\n"
+    )
 
 
 _HELPERS = "import functools\n\n\ndef log_calls(function):\n    return function\n\n\n"
@@ -168,8 +184,11 @@ def _write(directory: str, name: str, text: str) -> VariedFile:
 
 def old_keywords(text: str) -> List[str]:
     """The old keywords (``gpus=``, ``gpu_type=``) of ``text``'s calls; what a migration must leave none of."""
-    return [f"{node.arg}=" for node in ast.walk(ast.parse(text)) if isinstance(node, ast.keyword)
-            and node.arg in ("gpus", "gpu_type")]
+    return [
+        f"{node.arg}="
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.keyword) and node.arg in ("gpus", "gpu_type")
+    ]
 
 
 _MAGIC_CELLS: Sequence[Callable[[random.Random], str]] = (
@@ -199,8 +218,13 @@ def varied_notebook_cells(count: int, seed: int) -> List[base.NotebookCell]:
             statement, spelling = rng.choice(IMPORT_FORMS)
             cells.append(base.NotebookCell("code", statement.rstrip("\n")))
         elif roll < 0.30:
-            cells.append(base.NotebookCell("markdown", f"## {base._name(rng).replace('_', ' ').title()}\n\n"
-                                                       f"Results on {rng.choice(base._DATASETS)} follow."))
+            cells.append(
+                base.NotebookCell(
+                    "markdown",
+                    f"## {base._name(rng).replace('_', ' ').title()}\n\n"
+                    f"Results on {rng.choice(base._DATASETS)} follow.",
+                )
+            )
         elif roll < 0.45:
             text = _use(rng, spelling, members=True).rstrip("\n")
             if rng.random() < 0.25:
@@ -218,4 +242,4 @@ def varied_notebook_cells(count: int, seed: int) -> List[base.NotebookCell]:
 
 
 def _unmagic(text: str) -> str:
-    return text[len("%%time\n"):] if text.startswith("%%time\n") else text
+    return text[len("%%time\n") :] if text.startswith("%%time\n") else text

@@ -78,8 +78,9 @@ def load_seconds(data: bytes) -> float:
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as stream:
         stream.write(data)
     try:
-        done = subprocess.run([sys.executable, "-c", LOAD, stream.name, str(REPEATS)], capture_output=True,
-                              text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD, stream.name, str(REPEATS)], capture_output=True, text=True, check=True
+        )
         return float(done.stdout.strip())
     finally:
         os.unlink(stream.name)

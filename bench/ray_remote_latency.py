@@ -124,8 +124,12 @@ def main() -> None:
     started = time.perf_counter()
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"node_ip_address": "127.0.0.1", "num_cpus": 2, "object_store_memory": 200 << 20,
-                        "include_dashboard": False},
+        head_node_args={
+            "node_ip_address": "127.0.0.1",
+            "num_cpus": 2,
+            "object_store_memory": 200 << 20,
+            "include_dashboard": False,
+        },
     )
     try:
         cluster.add_node(node_ip_address="127.0.0.1", num_cpus=2, object_store_memory=200 << 20)

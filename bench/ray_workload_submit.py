@@ -36,16 +36,18 @@ _SCRATCH = tempfile.mkdtemp(prefix="airray-bench-", dir="/tmp" if os.path.isdir(
 BIN = os.path.dirname(sys.executable)
 # One machine, loopback only (see the tests' ray_test_support.py): set before Ray is imported, inherited by the
 # cluster's processes and by both commands.
-os.environ.update({
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "GLOO_SOCKET_IFNAME": "lo",
-    "RAY_TMPDIR": _SCRATCH,
-    "DATABRICKS_AIR_MLFLOW": "0",
-    "DATABRICKS_AIR_HOME": os.path.join(_SCRATCH, "home"),
-    "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
-})
+os.environ.update(
+    {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "RAY_TMPDIR": _SCRATCH,
+        "DATABRICKS_AIR_MLFLOW": "0",
+        "DATABRICKS_AIR_HOME": os.path.join(_SCRATCH, "home"),
+        "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+    }
+)
 for _name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "DATABRICKS_AIR_ACCELERATOR_TYPE"):
     os.environ.pop(_name, None)
 
@@ -58,8 +60,9 @@ def run(argv: Sequence[str], what: str) -> float:
     """Wall time of a subprocess until it exits (output to a file, not a pipe); stop the benchmark if it fails."""
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
-        done = subprocess.run(list(argv), cwd=_SCRATCH, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+        done = subprocess.run(
+            list(argv), cwd=_SCRATCH, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=TIMEOUT
+        )
         seconds = time.perf_counter() - start
         out.seek(0)
         text = out.read().decode(errors="replace")
@@ -75,21 +78,39 @@ def main() -> None:
         print(f"  {key:<11} {value}")
     print()
     node = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "object_store_memory": 200 << 20}
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **node, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
-        "dashboard_agent_listen_port": free_port()})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            **node,
+            "include_dashboard": True,
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": free_port(),
+            "dashboard_agent_listen_port": free_port(),
+        },
+    )
     try:
         cluster.add_node(**node)
         cluster.wait_for_nodes()
         dashboard = f"http://{cluster.webui_url}"
         workload = os.path.join(_SCRATCH, "trivial.yaml")
         with open(workload, "w", encoding="utf-8") as stream:
-            stream.write("experiment_name: bench-ray\ncompute: {accelerator_type: CPU, num_accelerators: 1}\n"
-                         "command: echo hello\nmax_retries: 0\n")
+            stream.write(
+                "experiment_name: bench-ray\ncompute: {accelerator_type: CPU, num_accelerators: 1}\n"
+                "command: echo hello\nmax_retries: 0\n"
+            )
         commands: Dict[str, List[str]] = {
             "a": [os.path.join(BIN, "ray"), "job", "submit", "--address", dashboard, "--", "echo", "hello"],
-            "b": [os.path.join(BIN, "air"), "run", "-f", workload, "--backend", "ray", "--address", dashboard,
-                  "--watch"],
+            "b": [
+                os.path.join(BIN, "air"),
+                "run",
+                "-f",
+                workload,
+                "--backend",
+                "ray",
+                "--address",
+                dashboard,
+                "--watch",
+            ],
         }
         times: Dict[str, List[float]] = {key: [] for key in commands}
         for round_number in range(ROUNDS + 1):
@@ -104,8 +125,10 @@ def main() -> None:
     labels = {"a": "ray job submit -- echo hello", "b": "air run --backend ray --watch (echo hello)"}
     for key in commands:
         values = times[key]
-        print(f"{key}. {labels[key]:<46} median {statistics.median(values):6.2f} s   min {min(values):6.2f}   "
-              f"max {max(values):6.2f}   (n={len(values)})")
+        print(
+            f"{key}. {labels[key]:<46} median {statistics.median(values):6.2f} s   min {min(values):6.2f}   "
+            f"max {max(values):6.2f}   (n={len(values)})"
+        )
     print(f"\nb / a = {b / a:.2f}   target <= 1.5: {'PASS' if b <= 1.5 * a else 'MISS'}")
 
 

@@ -1,7 +1,8 @@
 """Restart latency: from a rank's death to the first line of the restarted function (``max_restarts``), CPU ranks.
 
 What it measures
-    In one process, tracking off (``DATABRICKS_AIR_MLFLOW=0``; ``--tracking`` turns it on), the calls' log folders in a scratch folder removed at
+    In one process, tracking off (``DATABRICKS_AIR_MLFLOW=0``; ``--tracking`` turns it on), the calls' log folders
+    in a scratch folder removed at
     the end, the caller's rank server warm (an untimed call first). The function, on 2 CPU ranks: its first line
     writes ``time.time()`` to a file of its own (per attempt and rank); then ``init_process_group("gloo")`` and one
     ``all_reduce``. In attempt 0, rank 1 writes ``time.time()`` to a file and SIGKILLs itself (a rank killed
@@ -16,7 +17,8 @@ What it measures
        rank 0 waiting in a collective;
     c. the same, rank 0 computing.
 
-    The three take turns (the order reversed every round), ROUNDS of each after an untimed one of each; medians. All times are ``time.time()``
+    The three take turns (the order reversed every round), ROUNDS of each after an untimed one of each; medians.
+    All times are ``time.time()``
     of the same machine, taken in different processes.
 
 Target
@@ -133,8 +135,11 @@ def row(label: str, values: List[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--tracking", action="store_true",
-                        help="MLflow tracking on, into a new SQLite store in the scratch folder (every side)")
+    parser.add_argument(
+        "--tracking",
+        action="store_true",
+        help="MLflow tracking on, into a new SQLite store in the scratch folder (every side)",
+    )
     options = parser.parse_args()
 
     scratch = tempfile.mkdtemp(prefix="air-bench-restart-")
@@ -143,8 +148,10 @@ def main() -> None:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{os.path.join(scratch, 'mlflow.db')}"
     os.environ["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
     os.environ.pop("DATABRICKS_AIR_START_METHOD", None)
-    print("bench/restart_latency.py: from a rank's death to the restarted function's first line, 2 CPU ranks, "
-          f"MLflow tracking {'on (SQLite)' if options.tracking else 'off'} (seconds)\n")
+    print(
+        "bench/restart_latency.py: from a rank's death to the restarted function's first line, 2 CPU ranks, "
+        f"MLflow tracking {'on (SQLite)' if options.tracking else 'off'} (seconds)\n"
+    )
     for key, value in _machine.machine().items():
         print(f"  {key:<11} {value}")
     print()
@@ -191,8 +198,10 @@ def main() -> None:
     print(f"  {'':<40} {'value':>8}   target")
     for label, values in (("b", b), ("c", c)):
         median = statistics.median(values)
-        print(f"  {f'restart latency, median ({label})':<40} {median:>8.3f}   <= {TARGET_SECONDS:.1f} s   "
-              f"{'PASS' if median <= TARGET_SECONDS else 'MISS'}")
+        print(
+            f"  {f'restart latency, median ({label})':<40} {median:>8.3f}   <= {TARGET_SECONDS:.1f} s   "
+            f"{'PASS' if median <= TARGET_SECONDS else 'MISS'}"
+        )
     for label, values in (("b", b), ("c", c)):
         ratio = statistics.median(values) / statistics.median(a)
         print(f"  {f'ratio to a warm start ({label} / a)':<40} {ratio:>8.2f}   (information)")

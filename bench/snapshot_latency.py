@@ -82,8 +82,14 @@ def _py_spy() -> Optional[str]:
 def _py_spy_dump(py_spy: str, pids: List[int]) -> float:
     started = time.perf_counter()
     with ThreadPoolExecutor(len(pids)) as pool:
-        done = list(pool.map(lambda pid: subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True,
-                                                        text=True, timeout=60), pids))
+        done = list(
+            pool.map(
+                lambda pid: subprocess.run(
+                    [py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+                ),
+                pids,
+            )
+        )
     elapsed = time.perf_counter() - started
     for result in done:
         if result.returncode != 0:
@@ -117,8 +123,12 @@ def measure(mode: str, rounds: int, py_spy: str) -> dict:
                 raise RuntimeError("the ranks did not get into position")
             time.sleep(0.05)
         time.sleep(0.5)
-        targets = [snapshot.ProbeTarget(r, p.pid, os.path.join(folder, f"stacks_{r}.txt"),
-                                        os.path.join(folder, f"probe_{r}.sock")) for r, p in enumerate(processes)]
+        targets = [
+            snapshot.ProbeTarget(
+                r, p.pid, os.path.join(folder, f"stacks_{r}.txt"), os.path.join(folder, f"probe_{r}.sock")
+            )
+            for r, p in enumerate(processes)
+        ]
         pids = [p.pid for p in processes]
         ours, anchor = [], []
         for index in range(rounds):
@@ -155,8 +165,10 @@ def main() -> int:
         met = result["ours"] <= allowance + 1.5 * result["anchor"]
         verdicts.append(met)
         target = f"<= {allowance:.2f} s + 1.5x" if allowance else "<= 1.5x"
-        print(f"{mode:<12} {result['ours']:>12.3f} s {result['anchor']:>10.3f} s {result['ours'] / result['anchor']:>7.2f}"
-              f"  {target}: {'PASS' if met else 'MISS'}")
+        print(
+            f"{mode:<12} {result['ours']:>12.3f} s {result['anchor']:>10.3f} s "
+            f"{result['ours'] / result['anchor']:>7.2f}  {target}: {'PASS' if met else 'MISS'}"
+        )
     return 0 if all(verdicts) else 1
 
 

@@ -152,22 +152,30 @@ def main() -> None:
         ddp_round("0")  # warm: the rank server, torch's first DDP
         names = list(VARIANTS)
         for round_number in range(args.ddp_rounds):  # the order turns each round: drifting load hits all alike
-            for name in names[round_number % len(names):] + names[:round_number % len(names)]:
+            for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
                 runs[name].append(ddp_round(VARIANTS[name]))
-        print(f"  1. DDP, 2 CPU ranks, {DDP_SHAPE[2]} timed steps: steps per second; the ratio to 'off' is the median "
-              f"of each round's ratio ({args.ddp_rounds} rounds)")
+        print(
+            f"  1. DDP, 2 CPU ranks, {DDP_SHAPE[2]} timed steps: steps per second; the ratio to 'off' is the median "
+            f"of each round's ratio ({args.ddp_rounds} rounds)"
+        )
         ratios: Dict[str, float] = {}
         for name in VARIANTS:
             wall = statistics.median(r["steps_per_second"] for r in runs[name])
             ratios[name] = statistics.median(
-                on["steps_per_second"] / off["steps_per_second"] for on, off in zip(runs[name], runs["off"]))
+                on["steps_per_second"] / off["steps_per_second"] for on, off in zip(runs[name], runs["off"])
+            )
             cpu_ratio = statistics.median(
-                on["steps_per_cpu_second"] / off["steps_per_cpu_second"] for on, off in zip(runs[name], runs["off"]))
-            print(f"     {name:<16} {wall:>8.1f}  ({ratios[name]:.3f} x off; per CPU second {cpu_ratio:.3f} x)   "
-                  f"all: {_listed(runs[name])}")
+                on["steps_per_cpu_second"] / off["steps_per_cpu_second"] for on, off in zip(runs[name], runs["off"])
+            )
+            print(
+                f"     {name:<16} {wall:>8.1f}  ({ratios[name]:.3f} x off; per CPU second {cpu_ratio:.3f} x)   "
+                f"all: {_listed(runs[name])}"
+            )
         ratio = ratios["default (30 s)"]
-        print(f"     default / off {ratio:.3f}   target >= 0.99   {'PASS' if ratio >= 0.99 else 'MISS'}   (a loop "
-              "shorter than 30 s has no look at the default: the 5 s row is the one that pays for looks)\n")
+        print(
+            f"     default / off {ratio:.3f}   target >= 0.99   {'PASS' if ratio >= 0.99 else 'MISS'}   (a loop "
+            "shorter than 30 s has no look at the default: the 5 s row is the one that pays for looks)\n"
+        )
         figures["ddp"] = {"runs": runs, "ratios": ratios}
     if args.only in (None, "look"):
         from databricks.air import distributed
@@ -175,31 +183,43 @@ def main() -> None:
         set_variant("0")
         look = distributed(accelerator_type="CPU", num_accelerators=2, timeout=900)(one_look_in_a_rank)
         ranks = look.distributed(2500, 15)
-        print("  2. one look, in a rank whose flight recorder is full (2,000 entries): its probe's answer (median of 15)")
+        print(
+            "  2. one look, in a rank whose flight recorder is full (2,000 entries): its probe's answer (median of 15)"
+        )
         for name in ("all", "last 100"):
             wall = max(r[f"{name} wall"] for r in ranks)
             cpu = max(r[f"{name} cpu"] for r in ranks)
-            print(f"     entries since the last look: {name:<9} {wall * 1000:>6.1f} ms wall, {cpu * 1000:>6.1f} ms CPU, "
-                  f"{int(ranks[0][f'{name} bytes'])} bytes; every 30 s: {wall / 30 * 100:.2f} % of the rank's time")
+            print(
+                f"     entries since the last look: {name:<9} {wall * 1000:>6.1f} ms wall, {cpu * 1000:>6.1f} ms CPU, "
+                f"{int(ranks[0][f'{name} bytes'])} bytes; every 30 s: {wall / 30 * 100:.2f} % of the rank's time"
+            )
         share = max(r["all wall"] for r in ranks) / 30
-        print(f"     a full ring every 30 s: {share * 100:.2f} % of the rank's time   target <= 1 %   "
-              f"{'PASS' if share <= 0.01 else 'MISS'}\n")
+        print(
+            f"     a full ring every 30 s: {share * 100:.2f} % of the rank's time   target <= 1 %   "
+            f"{'PASS' if share <= 0.01 else 'MISS'}\n"
+        )
         figures["look"] = ranks
     if args.only in (None, "caller"):
         calls: Dict[str, List[Dict[str, float]]] = {name: [] for name in VARIANTS}
         for _ in range(args.rounds):
             for name, value in VARIANTS.items():
                 calls[name].append(caller_round(value))
-        print(f"  3. the caller, {RANKS_8} CPU ranks at {RATE} all-reduces/s for {CALL_SECONDS:g} s: caller CPU time "
-              f"per wall second (median of {args.rounds})")
+        print(
+            f"  3. the caller, {RANKS_8} CPU ranks at {RATE} all-reduces/s for {CALL_SECONDS:g} s: caller CPU time "
+            f"per wall second (median of {args.rounds})"
+        )
         base = statistics.median(c["cpu_share"] for c in calls["off"])
         for name in VARIANTS:
             share = statistics.median(c["cpu_share"] for c in calls[name])
             rate = statistics.median(c["rate"] for c in calls[name])
-            print(f"     {name:<16} {share * 100:>6.2f} % of a core  ({(share - base) * 100:+.2f} points)   "
-                  f"all-reduces/s reached {rate:.0f}")
+            print(
+                f"     {name:<16} {share * 100:>6.2f} % of a core  ({(share - base) * 100:+.2f} points)   "
+                f"all-reduces/s reached {rate:.0f}"
+            )
         extra = statistics.median(c["cpu_share"] for c in calls["default (30 s)"]) - base
-        print(f"     default - off {extra * 100:+.2f} % of a core   target <= 2 %   {'PASS' if extra <= 0.02 else 'MISS'}")
+        print(
+            f"     default - off {extra * 100:+.2f} % of a core   target <= 2 %   {'PASS' if extra <= 0.02 else 'MISS'}"
+        )
         figures["caller"] = {"calls": calls, "extra": extra}
     if args.json:
         with open(args.json, "w") as stream:

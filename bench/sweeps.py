@@ -61,7 +61,9 @@ def main() -> int:
     arguments = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="swp", dir="/tmp")
     os.environ.update(
-        DATABRICKS_AIR_SIMULATE_GPUS="8", DATABRICKS_AIR_LOG_DIR=os.path.join(scratch, "logs"), TMPDIR=scratch,
+        DATABRICKS_AIR_SIMULATE_GPUS="8",
+        DATABRICKS_AIR_LOG_DIR=os.path.join(scratch, "logs"),
+        TMPDIR=scratch,
         DATABRICKS_AIR_MLFLOW="1" if arguments.tracking else "0",
         MLFLOW_TRACKING_URI=f"sqlite:///{os.path.join(scratch, 'mlflow.db')}",
     )
@@ -108,12 +110,30 @@ def main() -> int:
     submit = statistics.median(submit_seconds)
     call = statistics.median(call_seconds)
     rows: List[Any] = [
-        ("warm submit returns", f"{submit * 1000:.1f} ms", f"call end to end {call * 1000:.0f} ms",
-         f"{submit / call:.3f}", "<= 50 ms", submit <= 0.050),
-        ("8 trials of 2 s at once", f"{eight:.2f} s", f"one alone {alone:.2f} s", f"{eight / alone:.2f}",
-         "<= 1.5 x", eight <= 1.5 * alone),
-        ("16 trials of 2 s at once", f"{sixteen:.2f} s", f"one alone {alone:.2f} s", f"{sixteen / alone:.2f}",
-         "<= 3 x", sixteen <= 3 * alone),
+        (
+            "warm submit returns",
+            f"{submit * 1000:.1f} ms",
+            f"call end to end {call * 1000:.0f} ms",
+            f"{submit / call:.3f}",
+            "<= 50 ms",
+            submit <= 0.050,
+        ),
+        (
+            "8 trials of 2 s at once",
+            f"{eight:.2f} s",
+            f"one alone {alone:.2f} s",
+            f"{eight / alone:.2f}",
+            "<= 1.5 x",
+            eight <= 1.5 * alone,
+        ),
+        (
+            "16 trials of 2 s at once",
+            f"{sixteen:.2f} s",
+            f"one alone {alone:.2f} s",
+            f"{sixteen / alone:.2f}",
+            "<= 3 x",
+            sixteen <= 3 * alone,
+        ),
     ]
     print()
     print(f"{'measure':<26} {'ours':>10}  {'anchor':<24} {'ratio':>6}  target")

@@ -29,8 +29,12 @@ import time
 from typing import Dict, List
 
 ROUNDS = 5
-VARIANTS = {"(a) tracking off, no metric": (False, 0), "(b) tracking on, no metric": (True, 0),
-            "(c) tracking on, 1 metric from rank 0": (True, 1), "(d) tracking on, 100 metrics from rank 0": (True, 100)}
+VARIANTS = {
+    "(a) tracking off, no metric": (False, 0),
+    "(b) tracking on, no metric": (True, 0),
+    "(c) tracking on, 1 metric from rank 0": (True, 1),
+    "(d) tracking on, 100 metrics from rank 0": (True, 100),
+}
 
 
 def main() -> None:

@@ -53,12 +53,21 @@ def run(argv: Sequence[str], env: Dict[str, str], cwd: str, what: str) -> float:
     """Wall time of a subprocess until it exits (output to files, not pipes); stop the benchmark if it fails."""
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
-        done = subprocess.run(list(argv), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+        done = subprocess.run(
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT,
+        )
         seconds = time.perf_counter() - start
         if done.returncode != 0:
             out.seek(0)
-            sys.stderr.write(f"\n{what} failed with exit status {done.returncode}:\n{out.read().decode(errors='replace')}")
+            sys.stderr.write(
+                f"\n{what} failed with exit status {done.returncode}:\n{out.read().decode(errors='replace')}"
+            )
             raise SystemExit(1)
     return seconds
 
@@ -78,8 +87,9 @@ def wheel(folder: str, name: str) -> str:
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     digest = {p: base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b"=").decode() for p, d in files.items()}
-    files[f"{dist_info}/RECORD"] = ("".join(f"{p},sha256={digest[p]},{len(d)}\n" for p, d in files.items())
-                                   + f"{dist_info}/RECORD,,\n").encode()
+    files[f"{dist_info}/RECORD"] = (
+        "".join(f"{p},sha256={digest[p]},{len(d)}\n" for p, d in files.items()) + f"{dist_info}/RECORD,,\n"
+    ).encode()
     path = os.path.join(folder, f"{name}-0.1-py3-none-any.whl")
     with zipfile.ZipFile(path, "w") as archive:
         for member, data in files.items():
@@ -88,8 +98,10 @@ def wheel(folder: str, name: str) -> str:
 
 
 def row(label: str, values: List[float]) -> str:
-    return (f"  {label:<58} median {statistics.median(values):6.2f} s   min {min(values):6.2f}   "
-            f"max {max(values):6.2f}   (n={len(values)})")
+    return (
+        f"  {label:<58} median {statistics.median(values):6.2f} s   min {min(values):6.2f}   "
+        f"max {max(values):6.2f}   (n={len(values)})"
+    )
 
 
 def main() -> None:
@@ -105,42 +117,75 @@ def main() -> None:
 
 
 def measure(scratch: str) -> None:
-    env = {**os.environ, "DATABRICKS_AIR_HOME": os.path.join(scratch, "home"), "DATABRICKS_AIR_MLFLOW": "0",
-           "PIP_NO_INDEX": "1", "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "DATABRICKS_AIR_HOME": os.path.join(scratch, "home"),
+        "DATABRICKS_AIR_MLFLOW": "0",
+        "PIP_NO_INDEX": "1",
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     for name in ("DATABRICKS_AIR_ACCELERATOR_TYPE", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
         env.pop(name, None)
     code = os.path.join(scratch, "code")
     os.makedirs(code)
     for index in range(20):
         write(os.path.join(code, f"module_{index}.py"), "# padding\n" * 400)
-    trivial = write(os.path.join(scratch, "trivial.yaml"), "experiment_name: bench-trivial\n"
-                    "compute: {accelerator_type: CPU, num_accelerators: 1}\ncode_source: {root_path: code}\n"
-                    "command: echo hello\nmax_retries: 0\n")
+    trivial = write(
+        os.path.join(scratch, "trivial.yaml"),
+        "experiment_name: bench-trivial\n"
+        "compute: {accelerator_type: CPU, num_accelerators: 1}\ncode_source: {root_path: code}\n"
+        "command: echo hello\nmax_retries: 0\n",
+    )
     store = f"sqlite:///{os.path.join(scratch, 'mlflow.db')}"
     tracked_env = {**env, "DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": store}
-    subprocess.run([sys.executable, "-c", f"import mlflow; mlflow.MlflowClient({store!r}).search_experiments()"],
-                   check=True, env=env, capture_output=True)  # the store's schema, before the clock starts
+    subprocess.run(
+        [sys.executable, "-c", f"import mlflow; mlflow.MlflowClient({store!r}).search_experiments()"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )  # the store's schema, before the clock starts
     direct = os.path.join(scratch, "direct")
     shutil.copytree(EXAMPLE, direct)
     params = write(os.path.join(scratch, "hyperparameters.yaml"), "steps: 5\nlr: 0.05\nbatch_size: 32\n")
 
     def torchrun() -> List[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--node_rank=0", "--nproc_per_node=2",
-                "--master_addr=127.0.0.1", f"--master_port={free_port()}", "train.py"]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--node_rank=0",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            "train.py",
+        ]
 
     torchrun_env = {**env, "HYPERPARAMETERS_PATH": params}
 
     variants = {
         "a": ("(a) anchor: bash -c 'echo hello'", lambda: run(["bash", "-c", "echo hello"], env, scratch, "bash")),
-        "b": ("(b) air run --watch, trivial command, tracking off",
-              lambda: run([AIR, "run", "-f", trivial, "--watch"], env, scratch, "air run (trivial)")),
-        "c": ("(c) air run --watch, trivial command, MLflow tracking on",
-              lambda: run([AIR, "run", "-f", trivial, "--watch"], tracked_env, scratch, "air run (tracked)")),
-        "d": ("(d) anchor: torchrun, DDP example, 2 CPU ranks, 5 steps",
-              lambda: run(torchrun(), torchrun_env, direct, "torchrun")),
-        "e": ("(e) air run --watch, the same DDP example, tracking off",
-              lambda: run([AIR, "run", "-f", os.path.join(EXAMPLE, "workload.yaml"), "--watch", *CPU_OVERRIDES],
-                          env, scratch, "air run (DDP)")),
+        "b": (
+            "(b) air run --watch, trivial command, tracking off",
+            lambda: run([AIR, "run", "-f", trivial, "--watch"], env, scratch, "air run (trivial)"),
+        ),
+        "c": (
+            "(c) air run --watch, trivial command, MLflow tracking on",
+            lambda: run([AIR, "run", "-f", trivial, "--watch"], tracked_env, scratch, "air run (tracked)"),
+        ),
+        "d": (
+            "(d) anchor: torchrun, DDP example, 2 CPU ranks, 5 steps",
+            lambda: run(torchrun(), torchrun_env, direct, "torchrun"),
+        ),
+        "e": (
+            "(e) air run --watch, the same DDP example, tracking off",
+            lambda: run(
+                [AIR, "run", "-f", os.path.join(EXAMPLE, "workload.yaml"), "--watch", *CPU_OVERRIDES],
+                env,
+                scratch,
+                "air run (DDP)",
+            ),
+        ),
     }
     times: Dict[str, List[float]] = {key: [] for key in variants}
     for round_number in range(ROUNDS + 1):
@@ -151,14 +196,19 @@ def measure(scratch: str) -> None:
         print(f"  round {round_number}{' (warm-up)' if not round_number else ''} done", flush=True)
 
     wheel(scratch, "airbenchpkg")
-    with_dependencies = write(os.path.join(scratch, "dependencies.yaml"), "experiment_name: bench-deps\n"
-                              "compute: {accelerator_type: CPU, num_accelerators: 1}\ncode_source: {root_path: code}\n"
-                              "environment: {dependencies: [./airbenchpkg-0.1-py3-none-any.whl]}\n"
-                              "command: python -c 'import airbenchpkg'\nmax_retries: 0\n")
+    with_dependencies = write(
+        os.path.join(scratch, "dependencies.yaml"),
+        "experiment_name: bench-deps\n"
+        "compute: {accelerator_type: CPU, num_accelerators: 1}\ncode_source: {root_path: code}\n"
+        "environment: {dependencies: [./airbenchpkg-0.1-py3-none-any.whl]}\n"
+        "command: python -c 'import airbenchpkg'\nmax_retries: 0\n",
+    )
     first = run([AIR, "run", "-f", with_dependencies, "--watch"], env, scratch, "air run (dependencies, first)")
     second = run([AIR, "run", "-f", with_dependencies, "--watch"], env, scratch, "air run (dependencies, second)")
-    logs = [subprocess.run([AIR, "logs", str(run_id)], env=env, capture_output=True, text=True).stdout
-            for run_id in (runs_count(env) - 1, runs_count(env))]
+    logs = [
+        subprocess.run([AIR, "logs", str(run_id)], env=env, capture_output=True, text=True).stdout
+        for run_id in (runs_count(env) - 1, runs_count(env))
+    ]
     pip_ran = ["[air] installing environment.dependencies" in text for text in logs]
 
     print()
@@ -170,13 +220,19 @@ def measure(scratch: str) -> None:
     trivial_overhead = median["b"] - median["a"]
     ddp_overhead = median["e"] - median["d"]
     print()
-    print(f"  overhead, trivial command: (b) - (a) = {trivial_overhead:.2f} s   target <= 1.5 s   "
-          f"{'PASS' if trivial_overhead <= 1.5 else 'MISS'}")
-    print(f"  overhead, torchrun DDP:    (e) - (d) = {ddp_overhead:.2f} s   target <= 1.5 s   "
-          f"{'PASS' if ddp_overhead <= 1.5 else 'MISS'}")
+    print(
+        f"  overhead, trivial command: (b) - (a) = {trivial_overhead:.2f} s   target <= 1.5 s   "
+        f"{'PASS' if trivial_overhead <= 1.5 else 'MISS'}"
+    )
+    print(
+        f"  overhead, torchrun DDP:    (e) - (d) = {ddp_overhead:.2f} s   target <= 1.5 s   "
+        f"{'PASS' if ddp_overhead <= 1.5 else 'MISS'}"
+    )
     print(f"  MLflow tracking adds:      (c) - (b) = {median['c'] - median['b']:.2f} s   (informational)")
-    print(f"  cached environment:        second run ran pip: {pip_ran[1]}, costs (f2) - (b) = "
-          f"{second - median['b']:.2f} s   target: no pip   {'PASS' if pip_ran[0] and not pip_ran[1] else 'MISS'}")
+    print(
+        f"  cached environment:        second run ran pip: {pip_ran[1]}, costs (f2) - (b) = "
+        f"{second - median['b']:.2f} s   target: no pip   {'PASS' if pip_ran[0] and not pip_ran[1] else 'MISS'}"
+    )
     print(f"\n  load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

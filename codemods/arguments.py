@@ -76,50 +76,101 @@ exit codes:
 def build_parser() -> argparse.ArgumentParser:
     """The ``air-migrate`` argument parser."""
     parser = argparse.ArgumentParser(
-        prog="air-migrate", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False,
+        prog="air-migrate",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        allow_abbrev=False,
         formatter_class=_HelpFormatter,
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH",
-                        help='files and directories (directories are searched for *.py and *.ipynb); "-" for stdin')
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help='files and directories (directories are searched for *.py and *.ipynb); "-" for stdin',
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--diff", nargs="?", const=diffing.CELLS, choices=diffing.FORMATS, metavar="=json",
-                      help="print a unified diff and write nothing; --diff=json diffs notebooks as JSON")
+    mode.add_argument(
+        "--diff",
+        nargs="?",
+        const=diffing.CELLS,
+        choices=diffing.FORMATS,
+        metavar="=json",
+        help="print a unified diff and write nothing; --diff=json diffs notebooks as JSON",
+    )
     mode.add_argument("--check", action="store_true", help="print which files would change and write nothing")
     mode.add_argument("--out-dir", metavar="DIR", help="write migrated copies under DIR (see below)")
     parser.add_argument("--force", action="store_true", help="with --out-dir: write into an existing DIR")
-    parser.add_argument("--stdin-filename", metavar="NAME",
-                        help='with "-": the name to report and to pick the format by (.ipynb, or a .py that may '
-                             "be a Databricks notebook source); without it the format is guessed from the content")
+    parser.add_argument(
+        "--stdin-filename",
+        metavar="NAME",
+        help='with "-": the name to report and to pick the format by (.ipynb, or a .py that may '
+        "be a Databricks notebook source); without it the format is guessed from the content",
+    )
     parser.add_argument("--select", metavar="CODES", help="comma-separated rule codes to run (default: all)")
     parser.add_argument("--ignore", metavar="CODES", help="comma-separated rule codes not to run")
-    parser.add_argument("--exclude", action="append", metavar="GLOB",
-                        help="skip paths matching GLOB, or a directory of that name (repeatable)")
-    parser.add_argument("--partial", action="store_true",
-                        help="also write files that have blocking items (what can be converted is)")
-    parser.add_argument("--fix-pip", action=argparse.BooleanOptionalAction, default=None,
-                        help="rewrite %%pip/!pip installs of serverless_gpu (to databricks-sdk-air in Databricks "
-                             "notebook sources, to databricks-air-oss elsewhere), keeping the other packages")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help="skip paths matching GLOB, or a directory of that name (repeatable)",
+    )
+    parser.add_argument(
+        "--partial", action="store_true", help="also write files that have blocking items (what can be converted is)"
+    )
+    parser.add_argument(
+        "--fix-pip",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rewrite %%pip/!pip installs of serverless_gpu (to databricks-sdk-air in Databricks "
+        "notebook sources, to databricks-air-oss elsewhere), keeping the other packages",
+    )
     parser.add_argument("--pip-package", metavar="NAME", help="with --fix-pip: the package to install instead")
-    parser.add_argument("--todo-comments", action=argparse.BooleanOptionalAction, default=None,
-                        help="insert a '# TODO(air-migrate AMxxx): ...' comment above each item that needs a person "
-                             "(a write always puts one above a statement it changes that holds one)")
-    parser.add_argument("--isolated", action="store_true",
-                        help="read no configuration file ([tool.air-migrate] in pyproject.toml, see below)")
-    parser.add_argument("--show-settings", action="store_true",
-                        help="print the settings in force and where each came from, then exit")
-    parser.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
-                        help="files processed in N processes (default 1; 0: one per CPU); the output is the same")
+    parser.add_argument(
+        "--todo-comments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="insert a '# TODO(air-migrate AMxxx): ...' comment above each item that needs a person "
+        "(a write always puts one above a statement it changes that holds one)",
+    )
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="read no configuration file ([tool.air-migrate] in pyproject.toml, see below)",
+    )
+    parser.add_argument(
+        "--show-settings", action="store_true", help="print the settings in force and where each came from, then exit"
+    )
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="files processed in N processes (default 1; 0: one per CPU); the output is the same",
+    )
     parser.add_argument("--report", metavar="FILE", help="also write the report (records, errors, summary) to FILE")
-    parser.add_argument("--report-format", choices=report.FORMATS,
-                        help="format of --report FILE (default text; json is described below)")
-    parser.add_argument("--color", choices=colors.CHOICES, default="auto",
-                        help="colour diffs and report lines: auto (default: when the output is a terminal and "
-                             "NO_COLOR is unset), always, never")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar (one is drawn on standard error when it is a terminal and there "
-                             "are 20 files or more)")
-    parser.add_argument("--exit-nonzero-on-change", action="store_true",
-                        help="exit 1 in write mode when files were changed or an item needs a person")
+    parser.add_argument(
+        "--report-format",
+        choices=report.FORMATS,
+        help="format of --report FILE (default text; json is described below)",
+    )
+    parser.add_argument(
+        "--color",
+        choices=colors.CHOICES,
+        default="auto",
+        help="colour diffs and report lines: auto (default: when the output is a terminal and "
+        "NO_COLOR is unset), always, never",
+    )
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (one is drawn on standard error when it is a terminal and there are 20 files or more)",
+    )
+    parser.add_argument(
+        "--exit-nonzero-on-change",
+        action="store_true",
+        help="exit 1 in write mode when files were changed or an item needs a person",
+    )
     parser.add_argument("--list-rules", action="store_true", help="list every report code and what it means")
     return parser
 

@@ -124,8 +124,11 @@ class ImportContext:
         to bottom (a notebook that imports in many cells would otherwise give each cell a longer prefix)."""
         texts = [found.text.replace("\r\n", "\n").replace("\n", newline) + newline for found in self._imports]
         last = {text: index for index, text in enumerate(texts)}
-        return [PrefixImport(text, found.cell, found.line)
-                for index, (text, found) in enumerate(zip(texts, self._imports)) if last[text] == index]
+        return [
+            PrefixImport(text, found.cell, found.line)
+            for index, (text, found) in enumerate(zip(texts, self._imports))
+            if last[text] == index
+        ]
 
     def prefix(self, newline: str) -> Tuple[str, Tuple[PrefixStatement, ...]]:
         """The earlier cells' imports as text (one statement a line, in ``newline``), and where each one came from."""
@@ -152,10 +155,10 @@ def _segment(lines: List[str], node: ast.stmt) -> str:
     columns :mod:`ast` gives are offsets in UTF-8 bytes."""
     first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[operator]
     if first == last:
-        return lines[first].encode("utf-8")[node.col_offset:node.end_col_offset].decode("utf-8")
-    start = lines[first].encode("utf-8")[node.col_offset:].decode("utf-8")
+        return lines[first].encode("utf-8")[node.col_offset : node.end_col_offset].decode("utf-8")
+    start = lines[first].encode("utf-8")[node.col_offset :].decode("utf-8")
     end = lines[last].encode("utf-8")[: node.end_col_offset].decode("utf-8")
-    return start + "".join(lines[first + 1:last]) + end
+    return start + "".join(lines[first + 1 : last]) + end
 
 
 def _ours(module: str) -> bool:

@@ -72,7 +72,10 @@ class CellOutcome:
 
 
 def prepare_cell(
-    text: str, prefix: Sequence[PrefixImport], rule_types: Sequence[Type[Rule]], context: CellContext,
+    text: str,
+    prefix: Sequence[PrefixImport],
+    rule_types: Sequence[Type[Rule]],
+    context: CellContext,
     newline: str = "",
 ) -> "PreparedCell":
     """The cell ``text`` parsed after the earlier cells' imports ``prefix``, ready for the rules: in part where it
@@ -107,8 +110,13 @@ class PreparedCell:
     ready to be surveyed and run."""
 
     def __init__(
-        self, module: libcst.Module, rule_types: Sequence[Type[Rule]], context: Optional[CellContext] = None,
-        newline: str = "", prefix: Optional[str] = None, partial: Optional[PartialParse] = None,
+        self,
+        module: libcst.Module,
+        rule_types: Sequence[Type[Rule]],
+        context: Optional[CellContext] = None,
+        newline: str = "",
+        prefix: Optional[str] = None,
+        partial: Optional[PartialParse] = None,
     ) -> None:
         self.module = module
         self.context = context if context is not None else CellContext()
@@ -116,8 +124,10 @@ class PreparedCell:
         """The cell's own line ending when it differs from the parsed text's default (for inserted lines)."""
         self.partial = partial
         """How the cell was parsed in part (``None``: whole)."""
-        self.prefix = prefix if prefix is not None else "".join(
-            module.code_for_node(s) for s in module.body[: len(self.context.prefix)]
+        self.prefix = (
+            prefix
+            if prefix is not None
+            else "".join(module.code_for_node(s) for s in module.body[: len(self.context.prefix)])
         )
         """The text of the prefix's statements, which starts the module's code."""
         self.rules = [rule_type(self.context) for rule_type in rule_types]
@@ -145,7 +155,7 @@ class PreparedCell:
         self.traversing = [rule for rule, words in zip(self.rules, asked) if words is None or words]
         """The rules that may change or report something in some statement of the cell: one that asks for no word
         (``TorchDistributor``'s rules in a file without it) has nothing to do in the traversal."""
-        own = module.body[len(self.context.prefix):]
+        own = module.body[len(self.context.prefix) :]
         if partial is not None:  # what was parsed holds those words; the rest is text
             self.skipped = self.skipped | {s for s in own if isinstance(s, RawStatement)}
         elif self.words is not None:
@@ -167,7 +177,7 @@ class PreparedCell:
             return _resolve_scopes(module)
         replaced: Dict[libcst.CSTNode, libcst.CSTNode] = {}
         body: List[libcst.CSTNode] = list(module.body[: len(self.context.prefix)])
-        for statement in module.body[len(self.context.prefix):]:
+        for statement in module.body[len(self.context.prefix) :]:
             if statement not in self.skipped:  # (a statement left as text holds none of the words either)
                 body.append(_pruned(statement, self.holds, replaced))
         if not replaced and len(body) == len(module.body):
@@ -189,13 +199,16 @@ class PreparedCell:
         about). Found by counting the words in its code and in its code with ``pass`` for a body, so the body's
         statements need not be printed one by one to be passed over."""
         if not isinstance(compound, (libcst.FunctionDef, libcst.ClassDef)) or not isinstance(
-                compound.body, libcst.IndentedBlock):
+            compound.body, libcst.IndentedBlock
+        ):
             return False
         found = self._quiet.get(compound)
         if found is None:
             shell = compound.with_changes(body=compound.body.with_changes(body=[_PASS], footer=()))
             found = self._quiet[compound] = _count(self.codes[compound], self.words) == _count(  # type: ignore
-                self.module.code_for_node(shell), self.words) - _count("pass", self.words)  # type: ignore
+                self.module.code_for_node(shell),
+                self.words,  # type: ignore[arg-type]
+            ) - _count("pass", self.words)  # type: ignore
         return found
 
     def survey(self) -> None:
@@ -231,7 +244,7 @@ class PreparedCell:
         code = module.code
         if not code.startswith(self.prefix):
             return None
-        text = code[len(self.prefix):]
+        text = code[len(self.prefix) :]
         if text == before:
             return text
         long = self.partial is not None and len(text) > _CHECKED_WHOLE
@@ -248,7 +261,10 @@ class _LazyMetadata(Mapping):
     cost more than parsing: a cell where no rule needs them never pays for them)."""
 
     def __init__(
-        self, wrapper: MetadataWrapper, providers: Sequence[ProviderT], scopes: Callable[[], Mapping],
+        self,
+        wrapper: MetadataWrapper,
+        providers: Sequence[ProviderT],
+        scopes: Callable[[], Mapping],
         positions: "_StatementPositions",
     ) -> None:
         self._wrapper = wrapper
@@ -337,7 +353,8 @@ _PARTS = ("body", "orelse", "handlers", "finalbody", "cases")
 
 
 def _pruned(
-    node: libcst.CSTNode, holds: Callable[[libcst.CSTNode, libcst.CSTNode], bool],
+    node: libcst.CSTNode,
+    holds: Callable[[libcst.CSTNode, libcst.CSTNode], bool],
     replaced: Dict[libcst.CSTNode, libcst.CSTNode],
 ) -> libcst.CSTNode:
     """``node`` without the nested statements that hold no word (``holds(statement, node)``; a block left empty
@@ -412,7 +429,10 @@ class _StatementPositions(Mapping):
     _PARTIAL_PASSES = 2
 
     def __init__(
-        self, module: libcst.Module, ancestors: List[libcst.CSTNode], wrapper: MetadataWrapper,
+        self,
+        module: libcst.Module,
+        ancestors: List[libcst.CSTNode],
+        wrapper: MetadataWrapper,
         codes: Mapping[libcst.CSTNode, str],
     ) -> None:
         self._module = module
@@ -448,8 +468,11 @@ class _StatementPositions(Mapping):
             found = self._computed[statement] = _Shifted({}, self._starts[statement])
         if node not in found and not found.complete:
             alone = self._module.with_changes(header=(), body=[statement], footer=())
-            if found.passes < self._PARTIAL_PASSES and _positions_until(alone, self._stop(node), found.positions) \
-                    and node in found.positions:
+            if (
+                found.passes < self._PARTIAL_PASSES
+                and _positions_until(alone, self._stop(node), found.positions)
+                and node in found.positions
+            ):
                 found.passes += 1
             else:
                 found.positions.update(_positions(alone))
@@ -497,8 +520,10 @@ class _Shifted(Mapping):
 
     def __getitem__(self, node: libcst.CSTNode) -> CodeRange:
         found = self.positions[node]
-        return CodeRange(CodePosition(found.start.line + self._lines, found.start.column),
-                         CodePosition(found.end.line + self._lines, found.end.column))
+        return CodeRange(
+            CodePosition(found.start.line + self._lines, found.start.column),
+            CodePosition(found.end.line + self._lines, found.end.column),
+        )
 
     def __contains__(self, node: object) -> bool:
         return node in self.positions
@@ -526,7 +551,10 @@ class _StopAfter(PositionProvidingCodegenState):
 
     @contextlib.contextmanager
     def record_syntactic_position(
-        self, node: libcst.CSTNode, *, start_node: Optional[libcst.CSTNode] = None,
+        self,
+        node: libcst.CSTNode,
+        *,
+        start_node: Optional[libcst.CSTNode] = None,
         end_node: Optional[libcst.CSTNode] = None,
     ) -> Iterator[None]:
         """libcst's own, except that stopping records nothing more (a node's end may be one not printed yet)."""
@@ -534,16 +562,17 @@ class _StopAfter(PositionProvidingCodegenState):
         yield
         end = CodePosition(self.line, self.column)
         computed = cast(Dict[libcst.CSTNode, CodeRange], self.provider._computed)  # (positions are never lazy)
-        computed[node] = CodeRange(computed[start_node].start if start_node is not None else start,
-                                   computed[end_node].end if end_node is not None else end)
+        computed[node] = CodeRange(
+            computed[start_node].start if start_node is not None else start,
+            computed[end_node].end if end_node is not None else end,
+        )
 
 
 def _positions_until(module: libcst.Module, node: libcst.CSTNode, into: Dict[libcst.CSTNode, CodeRange]) -> bool:
     """Record into ``into`` the positions in ``module`` of every node printed up to and including ``node``; False
     when ``node`` is not in ``module`` (then nothing is left recorded that was not already)."""
     recorder = _Recorder()
-    state = _StopAfter(default_indent=module.default_indent, default_newline=module.default_newline,
-                       provider=recorder)  # type: ignore[arg-type]  # (a stand-in: only its _computed is used)
+    state = _StopAfter(default_indent=module.default_indent, default_newline=module.default_newline, provider=recorder)  # type: ignore[arg-type]  # (a stand-in: only its _computed is used)
     state.target = node
     try:
         module._codegen(state)
@@ -595,6 +624,8 @@ _PASS = libcst.SimpleStatementLine([libcst.Pass()])
 
 
 _ATTRIBUTE_METHOD = re.compile(r"^(?:visit|leave)_[A-Z][A-Za-z]*_[a-z_]+$")
+
+
 @functools.lru_cache(maxsize=None)
 def _has_attribute_methods(kind: type) -> bool:
     return any(_ATTRIBUTE_METHOD.match(name) for name in dir(kind))
@@ -649,8 +680,12 @@ class _Traversal(libcst.CSTTransformer):
             return False
         if isinstance(node, STATEMENTS):
             ancestors = self._cell.ancestors
-            if self._words is not None and len(ancestors) > 1 and not self._cell.holds(
-                node, ancestors[-2] if isinstance(ancestors[-1], libcst.IndentedBlock) else None
+            if (
+                self._words is not None
+                and len(ancestors) > 1
+                and not self._cell.holds(
+                    node, ancestors[-2] if isinstance(ancestors[-1], libcst.IndentedBlock) else None
+                )
             ):  # a nested statement without a word is no rule's business either (the body of a decorated def)
                 self._passed.add(node)
                 return False
@@ -671,8 +706,7 @@ class _Traversal(libcst.CSTTransformer):
         result: Union[libcst.CSTNode, libcst.RemovalSentinel, libcst.FlattenSentinel] = updated_node
         leaves = self._leaves.get(type(original_node))
         if leaves is None:
-            leaves = self._leaves[type(original_node)] = _methods_for(self._rules, type(original_node),
-                                                                      "leave")
+            leaves = self._leaves[type(original_node)] = _methods_for(self._rules, type(original_node), "leave")
         for leave in leaves:
             result = leave(original_node, result)  # type: ignore[arg-type, assignment]
             if type(result) is not type(original_node):
@@ -698,7 +732,8 @@ class _Traversal(libcst.CSTTransformer):
         findings = [
             (index, finding)
             for index, finding in enumerate(self._cell.findings[start:], start=start)
-            if finding.severity.needs_person and index not in self._claimed
+            if finding.severity.needs_person
+            and index not in self._claimed
             and not (self._suppressed is not None and self._suppressed(finding))
         ]
         if not findings:

@@ -52,27 +52,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.show_settings:
         sys.stdout.write(settings.render(chosen, [rule.CODE for rule in rules]))
         return EXIT_OK
-    options = Options(tuple(rules), args.partial, chosen.fix_pip.value, chosen.pip_package.value,
-                      chosen.todo_comments.value)
+    options = Options(
+        tuple(rules), args.partial, chosen.fix_pip.value, chosen.pip_package.value, chosen.todo_comments.value
+    )
     try:
         if args.paths == [STDIN]:
             return _run_standard_input(args, options)
         return _run_files(args, options, chosen.exclude.value)
     except KeyboardInterrupt:
-        print("air-migrate: interrupted; files already written are complete, the others are unchanged",
-              file=sys.stderr)
+        print("air-migrate: interrupted; files already written are complete, the others are unchanged", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def _given(args: argparse.Namespace) -> Dict[str, Any]:
     """The settings given on the command line (``None``: not given), as :func:`settings.resolve` takes them."""
+
     def codes(text: Optional[str]) -> Optional[Tuple[str, ...]]:
         return None if text is None else tuple(code.strip().upper() for code in text.split(",") if code.strip())
 
     return {
-        "select": codes(args.select), "ignore": codes(args.ignore),
+        "select": codes(args.select),
+        "ignore": codes(args.ignore),
         "exclude": tuple(args.exclude) if args.exclude is not None else None,
-        "fix_pip": args.fix_pip, "pip_package": args.pip_package, "todo_comments": args.todo_comments,
+        "fix_pip": args.fix_pip,
+        "pip_package": args.pip_package,
+        "todo_comments": args.todo_comments,
     }
 
 
@@ -118,7 +122,10 @@ def _run_standard_input(args: argparse.Namespace, options: Options) -> int:
 
 
 def _run(
-    args: argparse.Namespace, mode: Mode, results: Iterable[FileResult], report_stream: TextIO,
+    args: argparse.Namespace,
+    mode: Mode,
+    results: Iterable[FileResult],
+    report_stream: TextIO,
     bar: progress.Progress,
 ) -> int:
     """Deliver every result in order, then the summary, the report file and the exit code."""
@@ -163,8 +170,7 @@ def _write_report(args: argparse.Namespace, tally: report.Tally, verb: str) -> b
     except OSError as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
-        print(f"air-migrate: error: cannot write the report {args.report}: {error.strerror or error}",
-              file=sys.stderr)
+        print(f"air-migrate: error: cannot write the report {args.report}: {error.strerror or error}", file=sys.stderr)
         return True
     return False
 

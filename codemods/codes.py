@@ -3,7 +3,8 @@ and the choice of rules by code (``--select``/``--ignore``).
 
 A rule documents its own code through its ``DESCRIPTION`` and the other codes it reports through its ``REPORTS``
 (:mod:`air_migrate.rule_base`); the codes the driver reports itself (cells it skips, files it cannot parse,
-suppressions that suppress nothing) are documented in :data:`EXTRA_CODES`. Importing this module registers every rule (:mod:`air_migrate.rules`).
+suppressions that suppress nothing) are documented in :data:`EXTRA_CODES`. Importing this module registers every
+rule (:mod:`air_migrate.rules`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def select_rules(select: str, ignore: str) -> List[AnyRule]:
     ignored = {code.strip().upper() for code in ignore.split(",") if code.strip()}
     unknown = sorted((set(chosen) | ignored) - set(REGISTRY))
     if unknown:
-        raise ValueError(f"unknown rule code(s): {', '.join(unknown)}; --select and --ignore take the rule codes "
-                         f"{', '.join(sorted(REGISTRY))} (see --list-rules)")
+        raise ValueError(
+            f"unknown rule code(s): {', '.join(unknown)}; --select and --ignore take the rule codes "
+            f"{', '.join(sorted(REGISTRY))} (see --list-rules)"
+        )
     return [REGISTRY[code] for code in sorted(set(chosen)) if code not in ignored]

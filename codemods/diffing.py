@@ -39,8 +39,7 @@ def render_diff(result: FileResult, display_path: str, notebook: bool, diff_form
 def file_diff(before: bytes, after: bytes, display_path: str, encoding: str = "utf-8") -> str:
     """A unified diff of two versions of a file in ``encoding``, with git's ``a/`` and ``b/`` headers."""
     relative = patch_path(display_path)
-    return _unified(_lines(before.decode(encoding)), _lines(after.decode(encoding)), f"a/{relative}",
-                    f"b/{relative}")
+    return _unified(_lines(before.decode(encoding)), _lines(after.decode(encoding)), f"a/{relative}", f"b/{relative}")
 
 
 def cell_diffs(result: FileResult, display_path: str) -> str:
@@ -67,7 +66,7 @@ def paint_diff(text: str, palette: Palette) -> str:
     out: List[str] = []
     for line in _lines(text):
         body = line.rstrip("\n")
-        ending = line[len(body):]
+        ending = line[len(body) :]
         if body.startswith(("--- ", "+++ ")):
             style = "bold"
         elif body.startswith("@@"):
@@ -136,12 +135,15 @@ def _matching_lines(before: Sequence[str], after: Sequence[str]) -> List[Tuple[i
             stack.extend((i + 1, k, j + 1, m) for (i, j), (k, m) in zip(edges, edges[1:]))
         elif (ahi - alo) * (bhi - blo) <= _SMALL_GAP:
             matcher = difflib.SequenceMatcher(None, before[alo:ahi], after[blo:bhi], autojunk=False)
-            found.extend((alo + i + k, blo + j + k) for i, j, size in matcher.get_matching_blocks() for k in range(size))
+            found.extend(
+                (alo + i + k, blo + j + k) for i, j, size in matcher.get_matching_blocks() for k in range(size)
+            )
     return sorted(found)
 
 
-def _unique_anchors(before: Sequence[str], after: Sequence[str], alo: int, ahi: int, blo: int,
-                    bhi: int) -> List[Tuple[int, int]]:
+def _unique_anchors(
+    before: Sequence[str], after: Sequence[str], alo: int, ahi: int, blo: int, bhi: int
+) -> List[Tuple[int, int]]:
     """The lines found exactly once on each side of the gap, paired, the longest run increasing on both sides."""
     counts: Dict[str, List[int]] = {}
     for i in range(alo, ahi):

@@ -12,8 +12,9 @@ import fnmatch
 import os
 from typing import AbstractSet, Iterable, List, Sequence, Set
 
-SKIPPED_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".venv", "venv", "site-packages", "__pycache__",
-                                 ".ipynb_checkpoints", ".tox", ".nox"})
+SKIPPED_DIRECTORIES = frozenset(
+    {".git", ".hg", ".svn", ".venv", "venv", "site-packages", "__pycache__", ".ipynb_checkpoints", ".tox", ".nox"}
+)
 SOURCE_SUFFIXES = (".py", ".ipynb")
 
 
@@ -38,7 +39,8 @@ def discover(paths: Sequence[str], excludes: Sequence[str] = (), prune: Abstract
 def _walk(top: str, excludes: Sequence[str], prune: AbstractSet[str]) -> Iterable[str]:
     for root, directories, files in os.walk(top):
         directories[:] = [
-            name for name in directories
+            name
+            for name in directories
             if name not in SKIPPED_DIRECTORIES
             and not _excluded(os.path.join(root, name), excludes)
             and not (prune and os.path.realpath(os.path.join(root, name)) in prune)

@@ -45,7 +45,6 @@ from air_migrate.todo_markers import LEFT_NOTE, PREFIX_BYTES, left_markers
 __all__ = ["FileResult", "Record", "migrate_file", "mentions"]
 
 
-
 @dataclasses.dataclass
 class _ParsedCell:
     cell: Cell
@@ -133,8 +132,9 @@ def _parse_cells(result: FileResult, source: SourceFile, rule_types: Sequence[Ty
         if cell.text is None:
             unparsed.append(cell.raw)
             if cell.skip_reason and cell.number not in scanned and context.mentions(cell.raw):
-                _record(result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1,
-                        severity=Severity.MANUAL)
+                _record(
+                    result, source, cell, "AM901", f"cell skipped: {cell.skip_reason}", 1, 1, severity=Severity.MANUAL
+                )
             continue
         unparsed.extend(cell.masks.values())
         if cell.number not in wanted and not context.mentions(cell.text):
@@ -171,12 +171,28 @@ def _report_unparsable(result: FileResult, source: SourceFile, cell: Cell, probl
     lines = cell.text.splitlines() if cell.text is not None else []
     line = lines[problem.line - 1] if problem.line <= len(lines) else ""
     if looks_like_shell(line):
-        _record(result, source, cell, "AM902", "cell skipped: it is not valid Python (a bare shell or magic line such "
-                "as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand", problem.line,
-                len(line) - len(line.lstrip()) + 1, severity=Severity.MANUAL)  # where the command starts
+        _record(
+            result,
+            source,
+            cell,
+            "AM902",
+            "cell skipped: it is not valid Python (a bare shell or magic line such "
+            "as `%cd` or `pip install`?), so nothing in it is migrated: check it by hand",
+            problem.line,
+            len(line) - len(line.lstrip()) + 1,
+            severity=Severity.MANUAL,
+        )  # where the command starts
     else:
-        _record(result, source, cell, "AM902", f"cell skipped: cannot parse: {message}; nothing in it is migrated: "
-                "fix the cell and run air-migrate again", problem.line, problem.column, severity=Severity.MANUAL)
+        _record(
+            result,
+            source,
+            cell,
+            "AM902",
+            f"cell skipped: cannot parse: {message}; nothing in it is migrated: fix the cell and run air-migrate again",
+            problem.line,
+            problem.column,
+            severity=Severity.MANUAL,
+        )
 
 
 def _scan_file(
@@ -193,8 +209,16 @@ def _scan_file(
         wanted |= scan.parse
         scratch.update(scan.scratch)
         for number, found in scan.findings:
-            _record(result, source, source.cells[number - 1], found.code, found.message, found.line, found.column,
-                    severity=found.severity)
+            _record(
+                result,
+                source,
+                source.cells[number - 1],
+                found.code,
+                found.message,
+                found.line,
+                found.column,
+                severity=found.severity,
+            )
             scanned.add(number)
     return wanted, scanned
 
@@ -217,8 +241,19 @@ def _check_lines(result: FileResult, source: SourceFile, line_rules: Sequence[Li
         if not hits or _magic_lines_are_text(source, cell):
             continue
         for index, line, rule, found in hits:
-            _record(result, source, cell, rule.CODE, found.message, index, found.column,
-                    severity=found.severity, end=(index, found.end_column), before=line, after=found.new_line)
+            _record(
+                result,
+                source,
+                cell,
+                rule.CODE,
+                found.message,
+                index,
+                found.column,
+                severity=found.severity,
+                end=(index, found.end_column),
+                before=line,
+                after=found.new_line,
+            )
         if any(found.new_line is not None for *_, found in hits):
             fixes.append(cell.number)
     return fixes
@@ -246,7 +281,7 @@ def _fix_lines(text: str, line_rules: Sequence[LineRule], shell: bool = False) -
             found = rule.check(body, shell=shell)
             if found is not None and found.new_line is not None:
                 body = found.new_line
-        lines.append(body + line[len(line.rstrip("\r\n")):])
+        lines.append(body + line[len(line.rstrip("\r\n")) :])
     return "".join(lines)
 
 
@@ -281,8 +316,15 @@ def _record_findings(result: FileResult, source: SourceFile, unit: _ParsedCell) 
     for finding in unit.outcome.findings:
         end = (finding.end_line - skip, finding.end_column) if finding.end_line is not None else None
         _record(
-            result, source, cell, finding.code, finding.message, finding.line - skip, finding.column,
-            severity=finding.severity, end=end,
+            result,
+            source,
+            cell,
+            finding.code,
+            finding.message,
+            finding.line - skip,
+            finding.column,
+            severity=finding.severity,
+            end=end,
             before=cell.unmask(finding.before) if finding.before is not None else None,
             after=cell.unmask(finding.after) if finding.after is not None else None,
         )
@@ -340,12 +382,24 @@ def _report_left_markers(result: FileResult, source: SourceFile, rules: Sequence
             if marker.code not in active:
                 continue
             first, last = (line + offset for line in marker.statement)
-            live = any(record.code == marker.code and record.severity.needs_person and first <= record.line <= last
-                       and record.cell == (cell.number if source.kind != "python" else None)
-                       for record in result.records)
+            live = any(
+                record.code == marker.code
+                and record.severity.needs_person
+                and first <= record.line <= last
+                and record.cell == (cell.number if source.kind != "python" else None)
+                for record in result.records
+            )
             if not live:
-                _record(result, source, cell, marker.code, cell.unmask(marker.message) + LEFT_NOTE,
-                        marker.statement[0], marker.column, severity=Severity.MANUAL)
+                _record(
+                    result,
+                    source,
+                    cell,
+                    marker.code,
+                    cell.unmask(marker.message) + LEFT_NOTE,
+                    marker.statement[0],
+                    marker.column,
+                    severity=Severity.MANUAL,
+                )
 
 
 def _suppressed_in(found: Sequence[Suppression], unit: _ParsedCell) -> Optional[Callable[[Finding], bool]]:
@@ -386,8 +440,16 @@ def _apply_suppressions(
         known.update((rule.CODE, *rule.REPORTS))
     for suppression in found:
         for message in suppressions.unused_messages(suppression, known, active):
-            _record(result, source, source.cells[suppression.cell - 1], UNUSED_SUPPRESSION, message,
-                    suppression.line, suppression.column, severity=Severity.INFO)
+            _record(
+                result,
+                source,
+                source.cells[suppression.cell - 1],
+                UNUSED_SUPPRESSION,
+                message,
+                suppression.line,
+                suppression.column,
+                severity=Severity.INFO,
+            )
 
 
 def _newline(text: str) -> str:

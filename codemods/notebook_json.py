@@ -33,8 +33,11 @@ class DuplicateKeys(Dict[str, Any]):
 
     def items(self) -> List[Tuple[str, Any]]:  # type: ignore[override]
         last = {key: index for index, (key, _) in enumerate(self._pairs)}
-        pairs = [(key, self[key] if last[key] == index else value)
-                 for index, (key, value) in enumerate(self._pairs) if key in self]
+        pairs = [
+            (key, self[key] if last[key] == index else value)
+            for index, (key, value) in enumerate(self._pairs)
+            if key in self
+        ]
         return pairs + [(key, value) for key, value in super().items() if key not in last]
 
 
@@ -80,13 +83,15 @@ class NotebookJson:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise NotebookJsonError(f"not UTF-8 ({error.reason} at byte {error.start}), as a notebook's JSON must "
-                                    "be") from None
+            raise NotebookJsonError(
+                f"not UTF-8 ({error.reason} at byte {error.start}), as a notebook's JSON must be"
+            ) from None
         try:
             document = json.loads(text)
         except json.JSONDecodeError as error:
-            raise NotebookJsonError(f"not a notebook: invalid JSON at line {error.lineno}, column {error.colno}") \
-                from None
+            raise NotebookJsonError(
+                f"not a notebook: invalid JSON at line {error.lineno}, column {error.colno}"
+            ) from None
         style = JsonStyle.detect(text)
         written = style.dump(document)
         if written == data:
@@ -99,7 +104,8 @@ class NotebookJson:
         raise NotebookJsonError(
             f"its JSON layout cannot be reproduced exactly (it differs from how it would be written again at line "
             f"{line}, column {column}), so it is left as it is: save it once with Jupyter or `jupyter nbconvert "
-            "--to notebook --inplace`, then run air-migrate again")
+            "--to notebook --inplace`, then run air-migrate again"
+        )
 
     def load(self) -> Any:
         """A new copy of the document, to change and :meth:`dump`."""

@@ -93,15 +93,17 @@ def parse_partly(prefix: Sequence[str], chunks: Sequence[str], words_for: WordsF
     if module is None or (len(kept) < len(chunks) and module.code != whole):
         return None
     originals = frozenset([prefix[index] for index in prefix_kept] + [chunks[index] for index in kept])
-    return PartialParse(module, prefix_kept, parsed_text, originals, _codes(module, [prefix[i] for i in prefix_kept],
-                                                                            chunks))
+    return PartialParse(
+        module, prefix_kept, parsed_text, originals, _codes(module, [prefix[i] for i in prefix_kept], chunks)
+    )
 
 
 def changed_statements(module: libcst.Module, originals: FrozenSet[str]) -> str:
     """The code of the parsed statements of ``module`` that are not as they were read (new or changed), in order:
     what must be checked to parse again."""
     return "".join(
-        code for code in (module.code_for_node(s) for s in module.body if not isinstance(s, RawStatement))
+        code
+        for code in (module.code_for_node(s) for s in module.body if not isinstance(s, RawStatement))
         if code not in originals
     )
 
@@ -159,6 +161,7 @@ def _assemble(parsed: libcst.Module, prefix_count: int, chunks: Sequence[str], k
     if parsed.footer and not last_kept:
         return None  # lines after the last parsed statement that libcst gave the module, not the statement
     return parsed.with_changes(
-        header=header, body=body,
+        header=header,
+        body=body,
         has_trailing_newline=parsed.has_trailing_newline if last_kept else True,  # (a raw end prints as written)
     )

@@ -37,7 +37,12 @@ class Progress:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=total, file=self._sink, bar_format=_FORMAT, ascii=" >=", mininterval=_INTERVAL_S, leave=False,
+                total=total,
+                file=self._sink,
+                bar_format=_FORMAT,
+                ascii=" >=",
+                mininterval=_INTERVAL_S,
+                leave=False,
                 delay=1e-9,  # drawn by the first file done, not before any
             )
 

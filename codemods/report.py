@@ -29,8 +29,12 @@ JSON = "json"
 FORMATS = (TEXT, JSON)
 JSON_VERSION = 1
 _SEVERITY_STYLES = {
-    Severity.INFO: "cyan", Severity.CHANGE: "green", Severity.REVIEW: "yellow", Severity.MANUAL: "magenta",
-    Severity.BLOCKING: "bold red", Severity.ERROR: "bold red",
+    Severity.INFO: "cyan",
+    Severity.CHANGE: "green",
+    Severity.REVIEW: "yellow",
+    Severity.MANUAL: "magenta",
+    Severity.BLOCKING: "bold red",
+    Severity.ERROR: "bold red",
 }
 
 
@@ -75,8 +79,7 @@ class Tally:
 def record_line(record: Record, palette: Palette = Palette(False)) -> str:
     """``path[:cell N]:line:col: AMxxx <severity> <message>``, coloured by ``palette``."""
     severity = palette.paint(record.severity.value, _SEVERITY_STYLES[record.severity])
-    return f"{palette.paint(record.location, 'bold')}: {palette.paint(record.code, 'bold')} {severity} " \
-           f"{record.message}"
+    return f"{palette.paint(record.location, 'bold')}: {palette.paint(record.code, 'bold')} {severity} {record.message}"
 
 
 def error_line(path: str, message: str, palette: Palette = Palette(False)) -> str:
@@ -86,7 +89,8 @@ def error_line(path: str, message: str, palette: Palette = Palette(False)) -> st
 def summary_line(tally: Tally, verb: str) -> str:
     """The closing line; it says so plainly when nothing relevant was found, or files were not converted."""
     line = (
-        f"air-migrate: {tally.scanned} file(s) scanned, {tally.relevant} mention serverless_gpu, its keywords or TorchDistributor, "
+        f"air-migrate: {tally.scanned} file(s) scanned, {tally.relevant} mention serverless_gpu, its keywords or "
+        f"TorchDistributor, "
         f"{tally.changed} {verb} ({tally.changes} change(s)), {tally.needs_person} item(s) need a person, "
         f"{tally.failed} failed"
     )

@@ -72,8 +72,9 @@ class FileResult:
     @property
     def unreported_error(self) -> Optional[str]:
         """The error, unless one of the records already says it at its position (a script that does not parse)."""
-        if self.error is None or any(record.severity is Severity.ERROR and record.message == self.error
-                                     for record in self.records):
+        if self.error is None or any(
+            record.severity is Severity.ERROR and record.message == self.error for record in self.records
+        ):
             return None
         return self.error
 

@@ -22,7 +22,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 from typing import (
-    TYPE_CHECKING, Any, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar,
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Collection,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
     Union,
 )
 
@@ -286,5 +298,3 @@ def register(rule: R) -> R:
         raise ValueError(f"code(s) {', '.join(clashes)} of {rule.__name__} are registered twice")
     REGISTRY[rule.CODE] = rule
     return rule
-
-

@@ -32,8 +32,13 @@ def migrate_bytes(path: str, data: bytes, options: Options) -> FileResult:
     """Migrate ``data`` as the file ``path``; a bug in a rule becomes this file's error, never the run's end."""
     try:
         result = migrate_file(
-            path, data, options.rules, options.partial,
-            fix_pip=options.fix_pip, pip_package=options.pip_package, todo_comments=options.todo_comments,
+            path,
+            data,
+            options.rules,
+            options.partial,
+            fix_pip=options.fix_pip,
+            pip_package=options.pip_package,
+            todo_comments=options.todo_comments,
         )
     except Exception as error:  # noqa: BLE001 - one file's internal error must not stop the others
         return FileResult(path, data, error=f"internal error: {type(error).__name__}: {error} (please report it)")

@@ -67,6 +67,7 @@ def _strings(what: str) -> Callable[[Any], Optional[str]]:
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return None
         return f"must be a list of {what} (e.g. {_EXAMPLES[what]}), not {_describe(value)}"
+
     return problem
 
 
@@ -87,14 +88,22 @@ _KEYS: Tuple[Tuple[str, str, Callable[[Any], Optional[str]]], ...] = (
     ("pip-package", "pip_package", _string),
     ("todo-comments", "todo_comments", _boolean),
 )
-_DEFAULTS: Dict[str, Any] = {"select": (), "ignore": (), "exclude": (), "fix_pip": False, "pip_package": None,
-                             "todo_comments": False}
+_DEFAULTS: Dict[str, Any] = {
+    "select": (),
+    "ignore": (),
+    "exclude": (),
+    "fix_pip": False,
+    "pip_package": None,
+    "todo_comments": False,
+}
 
 
 # A package name, optional extras, optional version specifiers; no spaces or shell characters.
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
-                          r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)"
-                          r"[A-Za-z0-9.*+!_-]+)*)?$")
+_REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
+    r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)"
+    r"[A-Za-z0-9.*+!_-]+)*)?$"
+)
 
 
 def requirement_problem(text: str) -> Optional[str]:
@@ -137,15 +146,18 @@ def _table(path: str) -> Optional[Mapping[str, Any]]:
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read: {error.strerror or error}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}; fix the file, or run with --isolated to read no "
-                          "configuration") from None
+        raise ConfigError(
+            f"{path}: not valid TOML: {error}; fix the file, or run with --isolated to read no configuration"
+        ) from None
     tool = document.get("tool")
     if not isinstance(tool, dict) or TABLE not in tool:
         return None
     table = tool[TABLE]
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: tool.{TABLE} must be a table ([tool.{TABLE}] with keys such as select = "
-                          f"[\"AM101\"]), not {_describe(table)}")
+        raise ConfigError(
+            f"{path}: tool.{TABLE} must be a table ([tool.{TABLE}] with keys such as select = "
+            f'["AM101"]), not {_describe(table)}'
+        )
     return table
 
 
@@ -159,8 +171,9 @@ def read_table(path: str, table: Mapping[str, Any], rule_codes: Collection[str])
 
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{path}: [tool.{TABLE}] has an unknown key {key!r}{hint}; the keys are "
-                              f"{', '.join(known)}")
+            raise ConfigError(
+                f"{path}: [tool.{TABLE}] has an unknown key {key!r}{hint}; the keys are {', '.join(known)}"
+            )
         attribute, check = known[key]
         problem = check(value)
         if problem is not None:
@@ -183,8 +196,10 @@ def _rule_codes(path: str, key: str, value: List[str], rule_codes: Collection[st
         raise ConfigError(f"{path}: [tool.{TABLE}] select is empty: leave it out to run every rule")
     unknown = sorted(set(codes) - set(rule_codes))
     if unknown:
-        raise ConfigError(f"{path}: [tool.{TABLE}] {key} has unknown rule code(s) {', '.join(unknown)}; the rule "
-                          f"codes are {', '.join(sorted(rule_codes))} (see air-migrate --list-rules)")
+        raise ConfigError(
+            f"{path}: [tool.{TABLE}] {key} has unknown rule code(s) {', '.join(unknown)}; the rule "
+            f"codes are {', '.join(sorted(rule_codes))} (see air-migrate --list-rules)"
+        )
     return codes
 
 
@@ -214,8 +229,9 @@ def render(settings: Settings, rules: Collection[str]) -> str:
     elif settings.searched_from is None:
         lines = ["configuration: none (--isolated)"]
     else:
-        lines = [f"configuration: none (no {FILE_NAME} with a [tool.{TABLE}] table in {settings.searched_from} or "
-                 "above)"]
+        lines = [
+            f"configuration: none (no {FILE_NAME} with a [tool.{TABLE}] table in {settings.searched_from} or above)"
+        ]
     rows = [(key, _shown(setting.value), setting.source) for key, setting in settings.items()]
     width = max(len(key) for key, _, _ in rows)
     value_width = max(len(value) for _, value, _ in rows)

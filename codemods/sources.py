@@ -119,9 +119,16 @@ class DatabricksFile(SourceFile):
             python = not _is_magic_chunk(chunk)
             masked = _masked_python_chunk(number, chunk) if python else None
             cells.append(
-                Cell(number=number, first_line=line, text=chunk if python else None, raw=chunk,
-                     code=python or not _is_markdown_chunk(chunk), shell=not python and _is_shell_chunk(chunk))
-                if masked is None else dataclasses.replace(masked, first_line=line, raw=chunk)
+                Cell(
+                    number=number,
+                    first_line=line,
+                    text=chunk if python else None,
+                    raw=chunk,
+                    code=python or not _is_markdown_chunk(chunk),
+                    shell=not python and _is_shell_chunk(chunk),
+                )
+                if masked is None
+                else dataclasses.replace(masked, first_line=line, raw=chunk)
             )
             line += chunk.count("\n") + (separators[number - 1].count("\n") if number <= len(separators) else 0)
         super().__init__(cells)
@@ -146,7 +153,7 @@ def _encode(text: str, encoding: str) -> bytes:
     except UnicodeEncodeError as error:
         raise SourceError(
             f"the migrated text cannot be written in {encoding}, the encoding its coding line declares: it would "
-            f"hold {error.object[error.start:error.end]!r}; declare utf-8 instead and run air-migrate again"
+            f"hold {error.object[error.start : error.end]!r}; declare utf-8 instead and run air-migrate again"
         ) from None
 
 
@@ -183,7 +190,7 @@ def _is_magic_chunk(chunk: str) -> bool:
 
 def _magic_command(chunk: str) -> str:
     """The magic a ``# MAGIC`` cell starts with (``%md``, ``%sh``...)."""
-    first = _magic_lines(chunk)[0][len(_MAGIC_PREFIX):].strip()
+    first = _magic_lines(chunk)[0][len(_MAGIC_PREFIX) :].strip()
     return first.split(None, 1)[0] if first else ""
 
 
@@ -281,7 +288,7 @@ def mask_cell(number: int, source: str) -> Cell:
 
 def _split_ending(line: str) -> Tuple[str, str]:
     stripped = line.rstrip("\r\n")
-    return stripped, line[len(stripped):]
+    return stripped, line[len(stripped) :]
 
 
 def _placeholder(source: str, masks: Dict[str, str], prefix: str, length: int) -> str:
@@ -331,7 +338,7 @@ _ASCII_PROBE = b"# -*- coding: x -*-\n"  # what an encoding must read as itself 
 def coding_line(data: bytes) -> Optional[str]:
     """The encoding a script's coding line names (PEP 263: on line 1, or on line 2 after a comment or blank line
     1), as written; ``None`` when there is none."""
-    lines = data[len(codecs.BOM_UTF8):].split(b"\n", 2) if data.startswith(codecs.BOM_UTF8) else data.split(b"\n", 2)
+    lines = data[len(codecs.BOM_UTF8) :].split(b"\n", 2) if data.startswith(codecs.BOM_UTF8) else data.split(b"\n", 2)
     for index, line in enumerate(lines[:2]):
         found = _CODING.match(line)
         if found is not None:
@@ -349,16 +356,22 @@ def _decode_script(data: bytes) -> Tuple[str, str]:
         try:
             encoding = codecs.lookup(declared).name
         except LookupError:
-            raise SourceError(f"its coding line declares {declared!r}, which is no encoding Python knows: correct "
-                              "it (e.g. `# -*- coding: latin-1 -*-`)") from None
+            raise SourceError(
+                f"its coding line declares {declared!r}, which is no encoding Python knows: correct "
+                "it (e.g. `# -*- coding: latin-1 -*-`)"
+            ) from None
         if encoding == "utf-8-sig":
             encoding = "utf-8"
         if _ASCII_PROBE.decode(encoding, errors="replace").encode("ascii", errors="replace") != _ASCII_PROBE:
-            raise SourceError(f"its coding line declares {declared!r}, which Python refuses in a coding line (the "
-                              "line itself must read as ASCII): save the file as UTF-8 and remove the line")
+            raise SourceError(
+                f"its coding line declares {declared!r}, which Python refuses in a coding line (the "
+                "line itself must read as ASCII): save the file as UTF-8 and remove the line"
+            )
         if data.startswith(codecs.BOM_UTF8) and encoding != "utf-8":
-            raise SourceError(f"it starts with a UTF-8 byte order mark but its coding line declares {declared!r}, "
-                              "which Python refuses: remove one of them")
+            raise SourceError(
+                f"it starts with a UTF-8 byte order mark but its coding line declares {declared!r}, "
+                "which Python refuses: remove one of them"
+            )
     try:
         return data.decode(encoding), encoding
     except UnicodeDecodeError as error:
@@ -367,9 +380,10 @@ def _decode_script(data: bytes) -> Tuple[str, str]:
                 f"not UTF-8 ({error.reason} at byte {error.start}); if it is in another encoding, declare it on "
                 "its first or second line, e.g. `# -*- coding: latin-1 -*-` (PEP 263)"
             ) from None
-        raise SourceError(f"not valid {declared}, the encoding its coding line declares ({error.reason} at byte "
-                          f"{error.start}): declare the encoding the file is really in, or save it in {declared}") \
-            from None
+        raise SourceError(
+            f"not valid {declared}, the encoding its coding line declares ({error.reason} at byte "
+            f"{error.start}): declare the encoding the file is really in, or save it in {declared}"
+        ) from None
 
 
 def _read_notebook(data: bytes) -> "NotebookFile":

@@ -64,8 +64,9 @@ def split_statements(text: str) -> Optional[List[str]]:
             if current is None:
                 return None  # an indented first statement is not valid Python: let the parser say so
             block = block if block is not None else _indentation(text, start)
-        elif current is not None and (first in _CLAUSES or (decorators and (first in _DEFINITIONS
-                                                                           or text.startswith("@", start)))):
+        elif current is not None and (
+            first in _CLAUSES or (decorators and (first in _DEFINITIONS or text.startswith("@", start)))
+        ):
             decorators = decorators and first not in _DEFINITIONS
             block = None  # a new clause: only its own block can own what follows
         else:  # a new top-level statement
@@ -89,7 +90,7 @@ def _end_of_chunk(pending: List[int], owned: int, start: int) -> int:
     """Where a statement's chunk ends, given the blank and comment lines between it and the next statement (at
     ``start``): its block owns the lines up to the last one it owns (``owned``, an index in ``pending``); the next
     statement owns the rest."""
-    rest = pending[owned + 1:]
+    rest = pending[owned + 1 :]
     return rest[0] if rest else start
 
 

@@ -63,7 +63,9 @@ def skips_file(data: bytes, source: SourceFile) -> bool:
         text_lines = cell.text.splitlines() if cell.text is not None else []
         for number in numbers:
             seen = comments is not None and number <= len(text_lines)
-            if not seen or (comments is not None and number in comments):  # (a line of a string that reads so is not a comment)
+            if not seen or (
+                comments is not None and number in comments
+            ):  # (a line of a string that reads so is not a comment)
                 return True
     return False
 
@@ -82,7 +84,8 @@ def find(data: bytes, source: SourceFile) -> List[Suppression]:
 def _in_cell(cell: Cell) -> List[Suppression]:
     candidates = [
         suppression
-        for number, line in enumerate(cell.raw.splitlines(), start=1) if "#" in line
+        for number, line in enumerate(cell.raw.splitlines(), start=1)
+        if "#" in line
         for suppression in _on_line(cell.number, number, line)
     ]
     if not candidates:
@@ -152,10 +155,12 @@ def unused_messages(suppression: Suppression, known: AbstractSet[str], active: A
         return messages
     unknown = sorted(suppression.codes - known)
     if unknown:
-        messages.append(f"`{suppression.text}` names unknown code(s) {', '.join(unknown)} (see air-migrate "
-                        "--list-rules)")
+        messages.append(
+            f"`{suppression.text}` names unknown code(s) {', '.join(unknown)} (see air-migrate --list-rules)"
+        )
     idle = sorted((suppression.codes & active) - suppression.used)
     if idle:
-        messages.append(f"`{suppression.text}`: nothing of {', '.join(idle)} to suppress on this line{_CHANGES}: "
-                        "remove it")
+        messages.append(
+            f"`{suppression.text}`: nothing of {', '.join(idle)} to suppress on this line{_CHANGES}: remove it"
+        )
     return messages

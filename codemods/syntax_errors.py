@@ -21,10 +21,34 @@ from typing import Tuple
 import libcst
 
 # Commands a notebook runs from a bare line (IPython's automagics, and what people type in a Databricks cell).
-_SHELL_COMMANDS = frozenset({
-    "apt", "apt-get", "cat", "cd", "chmod", "conda", "cp", "curl", "echo", "export", "git", "ls", "mamba", "mkdir",
-    "mv", "nvidia-smi", "pip", "pip3", "pwd", "rm", "sudo", "tar", "unzip", "wget",
-})
+_SHELL_COMMANDS = frozenset(
+    {
+        "apt",
+        "apt-get",
+        "cat",
+        "cd",
+        "chmod",
+        "conda",
+        "cp",
+        "curl",
+        "echo",
+        "export",
+        "git",
+        "ls",
+        "mamba",
+        "mkdir",
+        "mv",
+        "nvidia-smi",
+        "pip",
+        "pip3",
+        "pwd",
+        "rm",
+        "sudo",
+        "tar",
+        "unzip",
+        "wget",
+    }
+)
 _LIBCST_POSITION = re.compile(r"error at (\d+):(\d+)")
 
 

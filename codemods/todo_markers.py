@@ -46,7 +46,7 @@ def marked_codes(lines: Sequence[libcst.EmptyLine]) -> Set[str]:
     codes = set()
     for line in lines:
         if line.comment is not None and line.comment.value.startswith(PREFIX):
-            codes.add(line.comment.value[len(PREFIX):].split(")", 1)[0])
+            codes.add(line.comment.value[len(PREFIX) :].split(")", 1)[0])
     return codes
 
 
@@ -71,9 +71,7 @@ def add_markers(
         if finding.code in done or text in seen:
             continue
         seen.add(text)
-        new_lines.append(
-            libcst.EmptyLine(comment=libcst.Comment(text), newline=libcst.Newline(newline or None))
-        )
+        new_lines.append(libcst.EmptyLine(comment=libcst.Comment(text), newline=libcst.Newline(newline or None)))
     if not new_lines:
         return statement
     return statement.with_changes(leading_lines=[*statement.leading_lines, *new_lines])
@@ -136,8 +134,14 @@ def left_markers(text: str) -> List[LeftMarker]:
         match = _MARKER.match(comment)
         if match is None:
             continue
-        first = next((number for number in range(line + 1, len(lines) + 1)
-                      if lines[number - 1].strip() and not lines[number - 1].lstrip().startswith("#")), None)
+        first = next(
+            (
+                number
+                for number in range(line + 1, len(lines) + 1)
+                if lines[number - 1].strip() and not lines[number - 1].lstrip().startswith("#")
+            ),
+            None,
+        )
         if first is None:
             continue  # a marker above nothing
         last = spans.get(first, first) if spans is not None else first

@@ -63,11 +63,15 @@ class OutputTree:
         if os.path.lexists(directory) and not os.path.isdir(directory):
             raise ValueError(f"--out-dir {directory} exists and is not a directory")
         if os.path.isdir(directory) and not force:
-            raise ValueError(f"--out-dir {directory} already exists: name a new directory, or add --force to write "
-                             "into it (files of the same name there are replaced)")
+            raise ValueError(
+                f"--out-dir {directory} already exists: name a new directory, or add --force to write "
+                "into it (files of the same name there are replaced)"
+            )
         if os.path.realpath(directory) == os.path.realpath(self.root):
-            raise ValueError(f"--out-dir {directory} is the inputs' own directory: the copies would replace the "
-                             "inputs (to migrate in place, leave out --out-dir)")
+            raise ValueError(
+                f"--out-dir {directory} is the inputs' own directory: the copies would replace the "
+                "inputs (to migrate in place, leave out --out-dir)"
+            )
 
     @property
     def real_directory(self) -> str:
@@ -83,8 +87,10 @@ class OutputTree:
         inputs: AbstractSet[str] = {os.path.realpath(path) for path in paths}
         clashes = sorted(inputs & {os.path.realpath(self.target(path)) for path in paths})
         if clashes:
-            raise ValueError(f"--out-dir {self.directory} would put a copy over the input {clashes[0]}: choose a "
-                             "directory outside the inputs")
+            raise ValueError(
+                f"--out-dir {self.directory} would put a copy over the input {clashes[0]}: choose a "
+                "directory outside the inputs"
+            )
 
     def create(self) -> None:
         try:
@@ -107,6 +113,7 @@ class OutputTree:
 
 def _common_directory(inputs: Sequence[str]) -> str:
     """The deepest directory holding every input (a directory input counts as itself)."""
-    directories = [os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-                   for path in inputs]
+    directories = [
+        os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)) for path in inputs
+    ]
     return os.path.commonpath(directories)

@@ -33,8 +33,9 @@ def _runs_as_a_command_of_ours() -> bool:
     if os.path.basename(argv[0]) == "air":
         return True
     interpreter_argv = list(getattr(sys, "orig_argv", ()))  # python's own arguments too: -m and the module
-    return any(flag == "-m" and name.startswith("databricks.air")
-               for flag, name in zip(interpreter_argv, interpreter_argv[1:]))
+    return any(
+        flag == "-m" and name.startswith("databricks.air") for flag, name in zip(interpreter_argv, interpreter_argv[1:])
+    )
 
 
 def _warm_up_after_this_cell() -> None:
@@ -70,9 +71,7 @@ def _warm_up_after_this_cell() -> None:
 # own commands: `air list` is not a use of the API, and a workload's script that imports it says so in its log.
 if not os.environ.get(BETA_NOTICE_SHOWN) and not _runs_as_a_command_of_ours():
     os.environ[BETA_NOTICE_SHOWN] = "1"
-    logging.getLogger("databricks.air").warning(
-        "databricks.air is in Beta: its API may still change between releases."
-    )
+    logging.getLogger("databricks.air").warning("databricks.air is in Beta: its API may still change between releases.")
     if "IPython" in sys.modules or hasattr(sys, "ps1") or sys.flags.interactive:
         _warm_up_after_this_cell()
 

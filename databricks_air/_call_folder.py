@@ -105,5 +105,8 @@ class CallFolder:
     def attempt_files(self) -> List[str]:
         """The names of what the attempt now running left at the top of the folder, sorted: all but dot files (the
         caller's lock, the last checkpoint's note) and the earlier attempts' folders."""
-        return [name for name in sorted(os.listdir(self.path))
-                if not name.startswith(".") and not name.startswith(_ATTEMPT_PREFIX)]
+        return [
+            name
+            for name in sorted(os.listdir(self.path))
+            if not name.startswith(".") and not name.startswith(_ATTEMPT_PREFIX)
+        ]

@@ -24,6 +24,7 @@ import time
 from typing import List, Optional, Tuple
 
 from databricks.air._call_folder import CallFolder
+
 MAKING_SECONDS = 3600.0
 """A folder still under its hidden name this long after it was made was left by a caller that died while making it."""
 
@@ -113,8 +114,9 @@ def running(path: str) -> bool:
 def _remove_unfinished(where: str, now: float) -> None:
     """Folders still under their hidden name long after they were made: their callers died making them."""
     try:
-        entries = [entry for entry in os.scandir(where) if entry.name.startswith(".")
-                   and _CALL_FOLDER.match(entry.name[1:])]
+        entries = [
+            entry for entry in os.scandir(where) if entry.name.startswith(".") and _CALL_FOLDER.match(entry.name[1:])
+        ]
     except OSError:
         return
     for entry in entries:

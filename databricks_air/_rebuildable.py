@@ -8,7 +8,8 @@ driver receiving an actor's exception, the caller of ``.distributed()`` receivin
 Every exception class of this project that takes more than a message derives from :class:`RebuildableError` and
 keeps one rule: **each constructor parameter is stored as an attribute of the same name**. Pickling then calls the
 constructor again with those attributes and restores whatever else the instance holds (attributes set later,
-``__notes__``). ``tests/launcher/test_exception_pickling.py`` walks the packages and checks the round trip for every class,
+``__notes__``). ``tests/launcher/test_exception_pickling.py`` walks the packages and checks the round trip for
+every class,
 so a class added later is covered without editing the test.
 
 A third way across processes keeps only the text: torch's DataLoader re-raises a worker's exception in the main

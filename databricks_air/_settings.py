@@ -67,16 +67,22 @@ def switch(variable: str, default: bool) -> Setting[bool]:
             return False
         raise ValueError(text)
 
-    return Setting(variable, default, parse, f"one of {', '.join(ON)} (on) or {', '.join(OFF)} (off)",
-                   f"for the default ({'on' if default else 'off'})")
+    return Setting(
+        variable,
+        default,
+        parse,
+        f"one of {', '.join(ON)} (on) or {', '.join(OFF)} (off)",
+        f"for the default ({'on' if default else 'off'})",
+    )
 
 
 def seconds(variable: str, default: float, positive: bool = False) -> Setting[float]:
     """A finite number of seconds (a negative one counts as 0, which turns a watch off), or more than 0 when
     ``positive``."""
     what = "a number of seconds above 0" if positive else "a number of seconds"
-    return Setting(variable, default, _positive_seconds if positive else _seconds, what,
-                   f"for the default, {default:g} s")
+    return Setting(
+        variable, default, _positive_seconds if positive else _seconds, what, f"for the default, {default:g} s"
+    )
 
 
 def _seconds(text: str) -> float:
@@ -133,14 +139,23 @@ SIMULATE_GPUS: Setting[Optional[int]] = Setting(
 """The GPU count this node shows, or ``None`` (unset, or 0: the real ones)."""
 RETRY_DELAY_SECONDS = seconds(_variables.RETRY_DELAY_SECONDS, 1.0)
 WORKLOAD_TIMEOUT_SECONDS: Setting[Optional[float]] = Setting(
-    _variables.WORKLOAD_TIMEOUT_SECONDS, None, _positive_seconds, "a number of seconds above 0",
+    _variables.WORKLOAD_TIMEOUT_SECONDS,
+    None,
+    _positive_seconds,
+    "a number of seconds above 0",
     "for the workload's timeout_minutes",
 )
 """An attempt's time limit in place of the workload's ``timeout_minutes`` (``None``: that one)."""
 
 WORKLOAD: Sequence[Setting[Any]] = (
-    MLFLOW, SYSTEM_METRICS, SYSTEM_METRICS_SECONDS, LOG_UPLOAD_SECONDS, TERMINATE_GRACE_SECONDS, RETRY_DELAY_SECONDS,
-    WORKLOAD_TIMEOUT_SECONDS, DEBUG,
+    MLFLOW,
+    SYSTEM_METRICS,
+    SYSTEM_METRICS_SECONDS,
+    LOG_UPLOAD_SECONDS,
+    TERMINATE_GRACE_SECONDS,
+    RETRY_DELAY_SECONDS,
+    WORKLOAD_TIMEOUT_SECONDS,
+    DEBUG,
 )
 """What a workload's run reads (its supervisor, its attempts' MLflow runs): checked by ``air run`` before a run is
 recorded."""

@@ -136,8 +136,7 @@ def parse_type(value: Any) -> Tuple[RequestedType, bool]:
         return GPUType(value), True
     except GPUTypeError:
         raise GPUTypeError(
-            f"unknown accelerator type {value!r}; expected one of {AcceleratorType.values()} "
-            '(or "CPU" for CPU ranks)'
+            f'unknown accelerator type {value!r}; expected one of {AcceleratorType.values()} (or "CPU" for CPU ranks)'
         ) from None
 
 

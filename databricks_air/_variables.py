@@ -11,7 +11,8 @@ ACCELERATOR_TYPE = "DATABRICKS_AIR_ACCELERATOR_TYPE"
 """``CPU`` runs CPU ranks over gloo, whatever accelerator type the code names."""
 
 SIMULATE_GPUS = "DATABRICKS_AIR_SIMULATE_GPUS"
-"""``N`` makes this node look as if it had ``N`` GPUs (for leasing and counting) while ranks run on CPUs: a testing aid."""
+"""``N`` makes this node look as if it had ``N`` GPUs (for leasing and counting) while ranks run on CPUs: a "
+"testing aid."""
 
 SHOW_ALL_RANKS = "DATABRICKS_AIR_SHOW_ALL_RANKS"
 """On: every rank's output is shown live, each line prefixed ``[rank N]`` (default: rank 0's only)."""

@@ -253,14 +253,16 @@ def print_runs(calls: Iterable[DistributedFunctionCall], file: Optional[TextIO] 
     rows = [("name", "status", "ranks", "GPUs", "duration", "run")]
     for call in calls:
         duration = call.duration
-        rows.append((
-            call.name,
-            call.status.value,
-            f"{call.ranks} {call.kind}",
-            ",".join(call.gpus) if call.kind == "GPU" and call.gpus else "-",
-            "-" if duration is None else f"{duration:.1f} s",
-            call.run_id or "-",
-        ))
+        rows.append(
+            (
+                call.name,
+                call.status.value,
+                f"{call.ranks} {call.kind}",
+                ",".join(call.gpus) if call.kind == "GPU" and call.gpus else "-",
+                "-" if duration is None else f"{duration:.1f} s",
+                call.run_id or "-",
+            )
+        )
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     out = file or sys.stdout
     for row in rows:

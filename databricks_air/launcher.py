@@ -92,9 +92,7 @@ class DistributedFunction:
         function._set_up(func, settings, remote, timeout)
         return function
 
-    def _set_up(
-        self, func: Callable[..., Any], settings: _validation.RankSettings, remote: bool, timeout: Any
-    ) -> None:
+    def _set_up(self, func: Callable[..., Any], settings: _validation.RankSettings, remote: bool, timeout: Any) -> None:
         self._settings = settings
         self.gpus = settings.count
         self.gpu_type: Optional[GPUType] = settings.gpu_type
@@ -276,9 +274,13 @@ class DistributedFunction:
         background = call._runner is not None
         params = {**self._run_params(), **prepared.params}
         started, deadline = prepared.started, prepared.deadline(self.timeout)
-        run = call_run.CallRun.open(
-            name, params, parent_run_id=prepared.parent, deadline=deadline, timeout=self.timeout, started=started
-        ) if settings.tracking else None
+        run = (
+            call_run.CallRun.open(
+                name, params, parent_run_id=prepared.parent, deadline=deadline, timeout=self.timeout, started=started
+            )
+            if settings.tracking
+            else None
+        )
         call.run_id = run.run_id if run is not None else None
         status, failure, folder = "FAILED", None, None
         try:
@@ -290,12 +292,16 @@ class DistributedFunction:
             if call.kind == "CPU" or simulated is not None:
                 environ.update({k: v for k, v in CPU_RANK_ENVIRON.items() if k not in environ})
             where = f" (simulated: {_variables.SIMULATE_GPUS}={simulated}, ranks run on CPUs)" if simulated else ""
-            notice(f"running {name} on {self.num_accelerators} {call.kind} rank(s){where}; logs: "
-                f"{log_dir} ({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})")
+            notice(
+                f"running {name} on {self.num_accelerators} {call.kind} rank(s){where}; logs: "
+                f"{log_dir} ({log_folders.describe_limits(settings.keep_calls, settings.keep_days)})"
+            )
             if background and not _said_once.get("background"):  # once per process: a sweep submits dozens
                 _said_once["background"] = True
-                notice(f"{name} runs in the background; a submitted call's rank 0 output shows while a "
-                    "cell waits in its result(), and every rank's output is in its log folder")
+                notice(
+                    f"{name} runs in the background; a submitted call's rank 0 output shows while a "
+                    "cell waits in its result(), and every rank's output is in its log folder"
+                )
             if run is not None:
                 run.show()
                 if prepared.calls.runs_here:  # ranks elsewhere cannot reach the caller's writer: they write their own
@@ -321,9 +327,13 @@ class DistributedFunction:
             finally:
                 if folder is not None:  # from now on another call may prune it
                     folder.release()
-                    print(_closing_line(name, failure, status, time.monotonic() - started, call.cancelled_asked,
-                                        call.stragglers),
-                          file=sys.stderr, flush=True)
+                    print(
+                        _closing_line(
+                            name, failure, status, time.monotonic() - started, call.cancelled_asked, call.stragglers
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
     def _run_params(self) -> Dict[str, Any]:
         shape = self.accelerator_type
@@ -425,7 +435,11 @@ def _argument_params(bound: inspect.BoundArguments) -> Dict[str, str]:
 
 
 def _closing_line(
-    name: str, failure: Optional[BaseException], status: str, seconds: float, cancelled: bool = False,
+    name: str,
+    failure: Optional[BaseException],
+    status: str,
+    seconds: float,
+    cancelled: bool = False,
     stragglers: Sequence[Any] = (),
 ) -> str:
     """The call's last line of its own: how it ended, and after how long; and the straggler it had, if any."""
@@ -499,8 +513,10 @@ def _bind(func: Callable[..., Any], args: tuple, kwargs: Dict[str, Any]) -> insp
         signature = inspect.signature(func)
     except ValueError:  # a builtin without a signature (time.sleep): pass the arguments as given
         signature = inspect.Signature(
-            [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-             inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+            [
+                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+            ]
         )
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()

@@ -23,8 +23,18 @@ import dataclasses
 import re
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["LogPattern", "LogMatch", "PATTERNS", "FATAL", "ERROR", "WARNING", "by_id", "match_line", "scan",
-           "causes_first"]
+__all__ = [
+    "LogPattern",
+    "LogMatch",
+    "PATTERNS",
+    "FATAL",
+    "ERROR",
+    "WARNING",
+    "by_id",
+    "match_line",
+    "scan",
+    "causes_first",
+]
 
 FATAL = "fatal"
 """The process, or the whole job, cannot go on: out of memory, a dead CUDA context, a collective that timed out."""
@@ -102,7 +112,8 @@ def _pattern(id: str, title: str, regex: str, severity: str, hint: str, conseque
 PATTERNS: Tuple[LogPattern, ...] = (
     # --- memory ---------------------------------------------------------------------------------------------------
     _pattern(
-        "cuda-oom", "CUDA out of memory",
+        "cuda-oom",
+        "CUDA out of memory",
         r"CUDA out of memory|CUDA error: out of memory|\bOutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED",
         FATAL,
         "Use a smaller batch, sequence length or model shard (activation checkpointing, FSDP). With much memory "
@@ -111,22 +122,24 @@ PATTERNS: Tuple[LogPattern, ...] = (
         "context.",
     ),
     _pattern(
-        "host-oom-killer", "the kernel's OOM killer ended a process",
+        "host-oom-killer",
+        "the kernel's OOM killer ended a process",
         r"Out of memory: Kill(ed)? process|\binvoked oom-killer\b|\boom-kill:|Memory cgroup out of memory",
         FATAL,
         "The machine ran out of host memory: use fewer DataLoader workers, smaller prefetch or shuffle buffers, or "
         "load less into RAM per rank.",
     ),
     _pattern(
-        "host-alloc-failed", "host memory allocation failed",
+        "host-alloc-failed",
+        "host memory allocation failed",
         r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|std::bad_alloc|\bMemoryError\b",
         FATAL,
-        "A process could not allocate host memory: load less per rank, or use fewer ranks or workers on this "
-        "machine.",
+        "A process could not allocate host memory: load less per rank, or use fewer ranks or workers on this machine.",
     ),
     # --- NCCL -----------------------------------------------------------------------------------------------------
     _pattern(
-        "nccl-watchdog-timeout", "NCCL collective timed out (watchdog)",
+        "nccl-watchdog-timeout",
+        "NCCL collective timed out (watchdog)",
         r"Watchdog caught collective operation timeout",
         FATAL,
         "Some rank never joined this collective (compare SeqNum across ranks): the rank printing this is a victim. "
@@ -135,7 +148,8 @@ PATTERNS: Tuple[LogPattern, ...] = (
         consequence=True,
     ),
     _pattern(
-        "nccl-operations-failed", "NCCL operations failed or timed out",
+        "nccl-operations-failed",
+        "NCCL operations failed or timed out",
         r"Some NCCL operations have failed or timed out",
         FATAL,
         "A follow-up of an NCCL failure or timeout reported above: the process is being torn down. Look for the "
@@ -143,35 +157,40 @@ PATTERNS: Tuple[LogPattern, ...] = (
         consequence=True,
     ),
     _pattern(
-        "nccl-watchdog-stuck", "the NCCL watchdog got stuck",
+        "nccl-watchdog-stuck",
+        "the NCCL watchdog got stuck",
         r"ProcessGroupNCCL's watchdog got stuck",
         FATAL,
         "A CUDA or NCCL call hangs, or the GIL is deadlocked inside a CUDA API: take native stacks "
         "(py-spy dump --native --pid PID) of the stuck rank.",
     ),
     _pattern(
-        "nccl-system-error", "NCCL unhandled system error",
+        "nccl-system-error",
+        "NCCL unhandled system error",
         r"unhandled system error|ncclSystemError",
         FATAL,
         "Often /dev/shm is too small ('Error while creating shared memory segment'): give the container "
         "--shm-size or --ipc=host. Rerun with NCCL_DEBUG=INFO for the failing call.",
     ),
     _pattern(
-        "nccl-cuda-error", "NCCL unhandled CUDA error",
+        "nccl-cuda-error",
+        "NCCL unhandled CUDA error",
         r"unhandled cuda error|ncclUnhandledCudaError",
         FATAL,
         "A CUDA call inside NCCL failed: the CUDA error is usually printed just before. Rerun with "
         "CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO.",
     ),
     _pattern(
-        "nccl-remote-error", "NCCL remote error (a peer died or the network failed)",
+        "nccl-remote-error",
+        "NCCL remote error (a peer died or the network failed)",
         r"ncclRemoteError|remote process exit(ed|ing)",
         FATAL,
         "A peer process died or the network failed: find the first failing rank or node.",
         consequence=True,
     ),
     _pattern(
-        "nccl-transport-error", "NCCL network or InfiniBand failure",
+        "nccl-transport-error",
+        "NCCL network or InfiniBand failure",
         r"NCCL WARN.*(Conn|Net|NET|IB\b|[Tt]imeout|unhandled)|Got async error event|net_ib\.cc:\d+ NCCL WARN",
         FATAL,
         "The transport between GPUs failed: check NCCL_SOCKET_IFNAME / NCCL_IB_HCA and the fabric; rerun with "
@@ -179,7 +198,8 @@ PATTERNS: Tuple[LogPattern, ...] = (
     ),
     # --- CUDA and the GPU -----------------------------------------------------------------------------------------
     _pattern(
-        "cuda-illegal-memory-access", "CUDA illegal memory access or kernel fault",
+        "cuda-illegal-memory-access",
+        "CUDA illegal memory access or kernel fault",
         r"an illegal memory access was encountered|unspecified launch failure|device-side assert triggered",
         FATAL,
         "CUDA reports kernel faults asynchronously, so the traceback may point elsewhere: rerun with "
@@ -187,66 +207,76 @@ PATTERNS: Tuple[LogPattern, ...] = (
         "restart.",
     ),
     _pattern(
-        "gpu-ecc-error", "uncorrectable GPU memory (ECC) error",
+        "gpu-ecc-error",
+        "uncorrectable GPU memory (ECC) error",
         r"uncorrectable ECC error",
         FATAL,
         "A hardware fault: tell the machine's administrator and avoid that GPU; retry elsewhere.",
     ),
     _pattern(
-        "xid", "NVIDIA driver Xid event",
+        "xid",
+        "NVIDIA driver Xid event",
         r"NVRM: Xid \([^)]*\): (?P<code>\d+)",
         FATAL,
         "Xid events come from the driver (kernel log): 13/31/43 are mostly application faults; 48, 63/64, 79, "
         "94/95 are hardware (tell the administrator and avoid that GPU).",
     ),
     _pattern(
-        "cuda-error", "CUDA error",
+        "cuda-error",
+        "CUDA error",
         r"CUDA (runtime )?error|CUDA kernel errors might be asynchronously reported|cudaError\w+",
         FATAL,
         "Rerun with CUDA_LAUNCH_BLOCKING=1 so the error is reported where it happens.",
     ),
     # --- rendezvous and collectives (torch.distributed, gloo) -----------------------------------------------------
     _pattern(
-        "store-clients-timeout", "ranks never joined the rendezvous store",
+        "store-clients-timeout",
+        "ranks never joined the rendezvous store",
         r"Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined",
         FATAL,
         "A rank never started, or died before init_process_group: look at the ranks that are missing.",
     ),
     _pattern(
-        "store-connect-timeout", "could not reach the rendezvous store",
+        "store-connect-timeout",
+        "could not reach the rendezvous store",
         r"The client socket has timed out after .* while trying to connect to",
         FATAL,
         "MASTER_ADDR or MASTER_PORT is wrong, unreachable, or blocked, or rank 0 never started.",
     ),
     _pattern(
-        "store-wait-timeout", "a store barrier timed out",
+        "store-wait-timeout",
+        "a store barrier timed out",
         r"wait timeout after \d+ ?ms, keys:|RendezvousTimeoutError|[Rr]endezvous.* timed out|TCPStore.* timed out",
         FATAL,
         "Some rank never reached this barrier (or rendezvous): it failed, hangs, or never started.",
     ),
     _pattern(
-        "collective-mismatch", "ranks ran different collectives",
+        "collective-mismatch",
+        "ranks ran different collectives",
         r"Detected mismatch between collectives on ranks",
         FATAL,
         "Ranks issued different collectives, or the same one with different shapes: usually a data-dependent "
         "branch or an uneven number of batches. TORCH_DISTRIBUTED_DEBUG=DETAIL names the operations.",
     ),
     _pattern(
-        "gloo-peer-closed", "a peer closed its connection",
+        "gloo-peer-closed",
+        "a peer closed its connection",
         r"Connection (closed|reset) by peer",
         ERROR,
         "A consequence: another rank exited first (failed, or was stopped). Look for that rank's own error.",
         consequence=True,
     ),
     _pattern(
-        "gloo-operation-timeout", "a gloo collective timed out",
+        "gloo-operation-timeout",
+        "a gloo collective timed out",
         r"Timed out waiting \d+ ?ms for (recv|send) operation to complete",
         FATAL,
         "This rank waited in a collective that another rank never joined: find the rank that failed or is stuck.",
         consequence=True,
     ),
     _pattern(
-        "torchrun-child-failed", "torchrun reports a failed worker",
+        "torchrun-child-failed",
+        "torchrun reports a failed worker",
         r"\bChildFailedError\b",
         ERROR,
         "torchrun's summary of a failed worker: the worker's own error is earlier in the output (its 'Root Cause' "
@@ -254,41 +284,47 @@ PATTERNS: Tuple[LogPattern, ...] = (
         consequence=True,
     ),
     _pattern(
-        "torch-distributed-error", "torch.distributed error",
+        "torch-distributed-error",
+        "torch.distributed error",
         r"torch\.distributed\.[\w.]*(Error|Exception)\b|\bDist(Backend|Network|Store)Error\b",
         ERROR,
         "A distributed runtime error: read the first failing rank's output.",
     ),
     # --- processes ------------------------------------------------------------------------------------------------
     _pattern(
-        "segmentation-fault", "a process crashed in native code",
+        "segmentation-fault",
+        "a process crashed in native code",
         r"Segmentation fault|SIGSEGV|Fatal Python error: (Segmentation fault|Aborted)|\bcore dumped\b",
         ERROR,
         "A native crash: often an extension built for another torch, CUDA or driver version; reinstall it for this "
         "environment.",
     ),
     _pattern(
-        "process-killed", "a process was killed (SIGKILL)",
+        "process-killed",
+        "a process was killed (SIGKILL)",
         r"^\s*Killed\s*$|: line \d+: +\d+ Killed\b|\bSignal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b",
         ERROR,
         "SIGKILL is most often the kernel's OOM killer (see dmesg, and host memory), else a timeout or a cancel.",
     ),
     _pattern(
-        "process-terminated", "a process was stopped (SIGTERM)",
+        "process-terminated",
+        "a process was stopped (SIGTERM)",
         r"\bSignal 15 \(SIGTERM\)|closing signal SIGTERM|exitcode\s*:\s*-15\b",
         ERROR,
         "Stopped from outside: a timeout, a cancel, or the launcher stopping the others after one rank failed.",
         consequence=True,
     ),
     _pattern(
-        "command-not-found", "command not found",
+        "command-not-found",
+        "command not found",
         r": command not found\s*$",
         ERROR,
         "Exit status 127: the program is not on PATH. A missing dependency (add it to environment.dependencies) "
         "or a typo in the command.",
     ),
     _pattern(
-        "script-failed", "the command failed",
+        "script-failed",
+        "the command failed",
         r"ERROR: Script failed with exit code [1-9]\d* after",
         ERROR,
         "The lines before this one say why the command failed.",
@@ -296,19 +332,22 @@ PATTERNS: Tuple[LogPattern, ...] = (
     ),
     # --- frameworks -----------------------------------------------------------------------------------------------
     _pattern(
-        "composer-error", "Composer or llm-foundry error",
+        "composer-error",
+        "Composer or llm-foundry error",
         r"\bcomposer\.[\w.]*(Error|OutOfMemory)\b",
         ERROR,
         "A Composer failure: its message and the traceback above say which component failed.",
     ),
     _pattern(
-        "streaming-dataset-error", "streaming dataset error",
+        "streaming-dataset-error",
+        "streaming dataset error",
         r"\bstreaming\.base\.[\w.]*(Error|Exception)\b",
         ERROR,
         "The streaming dataset could not read its data: check the remote path and credentials.",
     ),
     _pattern(
-        "metrics-stalled", "no metrics for a while",
+        "metrics-stalled",
+        "no metrics for a while",
         r"\[MLflow Logger\]\[Warning\] No new logs have been emitted",
         WARNING,
         "Training may hang: no metric was logged for a while. Take stacks of the ranks (py-spy dump --pid PID).",

@@ -2,7 +2,8 @@
 of a call.
 
 For ``@distributed(..., remote=True)``, which runs a function's ranks on a Ray cluster, see
-:func:`databricks.air.distributed`. Ray is an optional dependency, the ``ray`` extra: ``pip install ".[ray]"`` in a checkout.
+:func:`databricks.air.distributed`. Ray is an optional dependency, the ``ray`` extra: ``pip install ".[ray]"`` in a
+checkout.
 
 Example::
 

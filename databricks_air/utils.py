@@ -53,7 +53,7 @@ def _resolve_device(device: Union[None, str, "torch.device"]) -> Tuple[str, Opti
         if name == "cpu":
             return "cpu", None
         if name.startswith("cuda:"):
-            index = name[len("cuda:"):]
+            index = name[len("cuda:") :]
             if index.isdigit():
                 return "cuda", int(index)
     raise ValueError(f"Unsupported device {device!r} for initialize_dist(); use {_ACCEPTED_DEVICES}.")

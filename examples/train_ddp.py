@@ -49,9 +49,7 @@ def on_every_accelerator() -> Callable[[Callable[..., Any]], Any]:
 
 
 @on_every_accelerator()
-def train(
-    epochs: int, batch_size: int, lr: float, cuda: bool, checkpoint_path: Optional[str] = None
-) -> Dict[str, Any]:
+def train(epochs: int, batch_size: int, lr: float, cuda: bool, checkpoint_path: Optional[str] = None) -> Dict[str, Any]:
     import torch.distributed as dist
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel

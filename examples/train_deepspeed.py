@@ -140,8 +140,10 @@ def main() -> None:
     results = train.distributed(epochs=4, micro_batch_size=64, lr=2e-3, cuda=USE_CUDA)
     first, last = results[0]["losses"][0], results[0]["losses"][-1]
     agree = len({r["checksum"] for r in results}) == 1
-    print(f"{len(results)} ranks, ZeRO stage {results[0]['zero_stage']}: loss {first:.5f} -> {last:.5f}; "
-          f"weights identical on every rank: {agree}")
+    print(
+        f"{len(results)} ranks, ZeRO stage {results[0]['zero_stage']}: loss {first:.5f} -> {last:.5f}; "
+        f"weights identical on every rank: {agree}"
+    )
     print(results)
 
 

@@ -177,8 +177,10 @@ def main() -> None:
         epochs=4, steps_per_epoch=15, batch_size=64, lr=3e-3, cuda=USE_CUDA, checkpoint_dir=checkpoint_dir
     )
     first, last = results[0]["losses"][0], results[0]["losses"][-1]
-    print(f"{len(results)} ranks, each holding {results[0]['shard_fraction']:.0%} of the weights: "
-          f"loss {first:.4f} -> {last:.4f}")
+    print(
+        f"{len(results)} ranks, each holding {results[0]['shard_fraction']:.0%} of the weights: "
+        f"loss {first:.4f} -> {last:.4f}"
+    )
     print(f"sharded checkpoint in {checkpoint_dir}: {sorted(os.listdir(checkpoint_dir))}")
     print(f"held-out loss {results[0]['trained_loss']:.6f} trained, {results[0]['restored_loss']:.6f} restored")
     print(results)

@@ -119,7 +119,7 @@ def parse_page(text: str, path: Path = Path("<page>")) -> Page:
                 closed = True
                 index += 1
                 break
-            body.append(candidate[len(indent):] if candidate.startswith(indent) else candidate.lstrip())
+            body.append(candidate[len(indent) :] if candidate.startswith(indent) else candidate.lstrip())
             index += 1
         number = len(blocks) + 1
         block = Block(number=number, line=opening_line, language=language, code="\n".join(body) + "\n")

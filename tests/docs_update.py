@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import test_docs  # noqa: E402 - the page runner's settings, shared with the test
-from docs_blocks import read_page  # noqa: E402
-from docs_output import block_outputs, mismatch  # noqa: E402
+import test_docs
+from docs_blocks import read_page
+from docs_output import block_outputs, mismatch
 
 
 def update(page: Path) -> int:
@@ -31,20 +31,31 @@ def update(page: Path) -> int:
     ray_directory = tempfile.mkdtemp(prefix="air-docs-ray-")
     try:
         (scratch / "work").mkdir()
-        spec = {"page": test_docs._page_id(page), "blocks": [
-            {"number": b.number, "line": b.line, "language": b.language, "code": b.code} for b in parsed.executed_blocks
-        ]}
+        spec = {
+            "page": test_docs._page_id(page),
+            "blocks": [
+                {"number": b.number, "line": b.line, "language": b.language, "code": b.code}
+                for b in parsed.executed_blocks
+            ],
+        }
         (scratch / "blocks.json").write_text(json.dumps(spec))
         done = subprocess.run(
-            [sys.executable, str(test_docs.RUNNER), str(scratch / "blocks.json")], cwd=scratch / "work",
-            env=test_docs._clean_environment(scratch, ray_directory), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=test_docs.PAGE_TIMEOUT,
+            [sys.executable, str(test_docs.RUNNER), str(scratch / "blocks.json")],
+            cwd=scratch / "work",
+            env=test_docs._clean_environment(scratch, ray_directory),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=test_docs.PAGE_TIMEOUT,
         )
         if done.returncode != 0:
             raise SystemExit(f"{page}: a block failed\n\n{done.stdout[-6000:]}")
         outputs = block_outputs(done.stdout)
-        readers = [(str(scratch / "work"), "/home/me/project"), (str(scratch / "databricks-air-logs"),
-                   "/tmp/databricks-air-logs"), (str(scratch / "air-home"), "/home/me/.air")]
+        readers = [
+            (str(scratch / "work"), "/home/me/project"),
+            (str(scratch / "databricks-air-logs"), "/tmp/databricks-air-logs"),
+            (str(scratch / "air-home"), "/home/me/.air"),
+        ]
         text = page.read_text(encoding="utf-8")
         rewritten = 0
         for block in parsed.blocks:

@@ -26,7 +26,6 @@ def modules_of(root: Path, package: str) -> Dict[str, Path]:
     return found
 
 
-
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
@@ -112,7 +111,7 @@ def find_circle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
         path.append(module)
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 found = visit(target)
                 if found:

@@ -78,9 +78,20 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port("127.0.0.1")
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-            "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-            "--default-artifact-root", str(folder / "artifacts"), "--workers", "1",
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'server.db'}",
+            "--default-artifact-root",
+            str(folder / "artifacts"),
+            "--workers",
+            "1",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

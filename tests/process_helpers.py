@@ -75,8 +75,10 @@ def run_or_show_stacks(args: Sequence[str], *, timeout: float, **popen: Any) -> 
             process.kill()
             stdout, _ = process.communicate()
             output = stdout.decode(errors="replace") if isinstance(stdout, bytes) else (stdout or "")
-            pytest.fail(f"{' '.join(map(str, args))} still running after {timeout:g} s.\n\nLast output:\n"
-                        f"{output[-6000:]}\n\nStacks:\n{stacks}")
+            pytest.fail(
+                f"{' '.join(map(str, args))} still running after {timeout:g} s.\n\nLast output:\n"
+                f"{output[-6000:]}\n\nStacks:\n{stacks}"
+            )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
@@ -93,8 +95,9 @@ def _stacks_of_tree(pid: int) -> str:
     for process in processes:
         try:
             command = " ".join(process.cmdline())[:200]
-            dump = subprocess.run([py_spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True,
-                                  timeout=30)
+            dump = subprocess.run(
+                [py_spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True, timeout=30
+            )
         except (psutil.Error, subprocess.TimeoutExpired) as error:
             parts.append(f"--- {process.pid}: {error!r}")
             continue

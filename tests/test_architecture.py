@@ -18,8 +18,17 @@ MODULES = modules_of(PACKAGE_DIR, PACKAGE)
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
 PARTS = ("_engine", "_ray", "_tracking", "data", "workloads")
 PUBLIC = {  # the reference's module names, and the few of ours the docs tell users to import
-    "launcher", "compute", "exceptions", "runtime", "utils", "ray", "data",
-    "asynchronous", "log_patterns", "version", "workloads",
+    "launcher",
+    "compute",
+    "exceptions",
+    "runtime",
+    "utils",
+    "ray",
+    "data",
+    "asynchronous",
+    "log_patterns",
+    "version",
+    "workloads",
 }
 
 
@@ -41,8 +50,11 @@ def test_the_parts_never_import_the_launcher_or_the_package_api() -> None:
 
 def test_internal_modules_and_packages_begin_with_an_underscore() -> None:
     """Users import the public names only: a module of ours that is not one of them says so by its name."""
-    names = {path.stem if path.is_file() else path.name for path in PACKAGE_DIR.iterdir()
-             if (path.suffix == ".py" and path.is_file()) or (path / "__init__.py").is_file()}
+    names = {
+        path.stem if path.is_file() else path.name
+        for path in PACKAGE_DIR.iterdir()
+        if (path.suffix == ".py" and path.is_file()) or (path / "__init__.py").is_file()
+    }
     assert PUBLIC <= names, "a public module is gone"
     assert sorted(name for name in names - PUBLIC if not name.startswith("_")) == [], "prefix these with _"
 
@@ -60,7 +72,11 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     modules = modules_of(tmp_path, PACKAGE)
     assert [target for _, target in imports_of(f"{PACKAGE}._engine.run", modules, PACKAGE)] == [PACKAGE]
     assert find_circle(import_graph(modules, PACKAGE)) == [
-        PACKAGE, f"{PACKAGE}.launcher", f"{PACKAGE}._engine.run", PACKAGE]
+        PACKAGE,
+        f"{PACKAGE}.launcher",
+        f"{PACKAGE}._engine.run",
+        PACKAGE,
+    ]
 
 
 def _named_paths() -> List[str]:

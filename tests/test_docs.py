@@ -106,8 +106,10 @@ def _check_api_pages(api: Path) -> None:
     import re
 
     signatures = {
-        page.parent.name: [" ".join(html.unescape(re.sub(r"<[^>]+>", "", s)).split())
-                           for s in re.findall(r'<div class="doc-signature[^"]*">(.*?)</div>', page.read_text(), re.S)]
+        page.parent.name: [
+            " ".join(html.unescape(re.sub(r"<[^>]+>", "", s)).split())
+            for s in re.findall(r'<div class="doc-signature[^"]*">(.*?)</div>', page.read_text(), re.S)
+        ]
         for page in api.rglob("index.html")
     }
     # A signature too long for one line is shown one parameter a line: read it as one line.
@@ -141,8 +143,7 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     spec = {
         "page": _page_id(page),
         "blocks": [
-            {"number": b.number, "line": b.line, "language": b.language, "code": b.code}
-            for b in parsed.executed_blocks
+            {"number": b.number, "line": b.line, "language": b.language, "code": b.code} for b in parsed.executed_blocks
         ],
     }
     blocks_file = tmp_path / "blocks.json"
@@ -429,7 +430,10 @@ def test_a_text_block_right_after_an_executed_block_shows_its_output() -> None:
     )
     assert page.problems == []
     assert [(b.number, b.output_of, b.checked_output_of) for b in page.blocks if b.language == "text"] == [
-        (2, 1, 1), (3, None, None), (5, 4, None)]
+        (2, 1, 1),
+        (3, None, None),
+        (5, 4, None),
+    ]
     assert page.blocks[4].not_checked_reason == "ranks race"
 
 

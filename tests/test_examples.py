@@ -18,8 +18,9 @@ def test_train_mlp_runs_and_logs_every_epoch(tmp_path: Path) -> None:
     env = {**os.environ, "DATABRICKS_AIR_MLFLOW": "1", "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU"}
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=180)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr
     assert "'rank': 0" in done.stdout and "'rank': 1" in done.stdout
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's default store, in the working directory

@@ -20,6 +20,7 @@ from process_helpers import processes_with_marker, wait_until
 from example_support import EXAMPLES, assert_converged_and_agree, load_example_module, run_example
 from kernel_support import kernel_env, kernel_specs, notebook_client  # noqa: F401 (kernel_specs: a fixture)
 
+
 # Loading in this one process is the point; torch warns that it assumes so even when asked with no_dist=True.
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -56,7 +57,8 @@ def test_deepspeed_example_trains_with_zero_stage_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ddp_notebook_converges_in_a_real_kernel_with_identical_replicas(
-    tmp_path: Path, kernel_specs: Any  # noqa: F811
+    tmp_path: Path,
+    kernel_specs: Any,
 ) -> None:
     import nbformat
     import torch

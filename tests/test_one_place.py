@@ -26,8 +26,13 @@ PACKAGE = ROOT / "databricks_air"
 SOURCES = [PACKAGE, ROOT / "serverless_gpu", ROOT / "codemods"]
 OUR_VARIABLE = re.compile(r"DATABRICKS_(AIR|INTERNAL)_[A-Z_]+")
 BOOKKEEPING = {  # not for users to set
-    _variables.BETA_NOTICE_SHOWN, _variables.SERVERLESS_GPU_WARNED, _variables.RANK_HOOKS, _variables.RUN_SNAPSHOT,
-    _variables.METRICS_ADDRESS, _variables.METRICS_KEY, _variables.LAST_CHECKPOINT_FILE,
+    _variables.BETA_NOTICE_SHOWN,
+    _variables.SERVERLESS_GPU_WARNED,
+    _variables.RANK_HOOKS,
+    _variables.RUN_SNAPSHOT,
+    _variables.METRICS_ADDRESS,
+    _variables.METRICS_KEY,
+    _variables.LAST_CHECKPOINT_FILE,
 }
 
 
@@ -57,8 +62,11 @@ def test_every_variable_of_ours_is_named_in_variables_py_only() -> None:
     for path in python_files(*SOURCES):
         if path == PACKAGE / "_variables.py":
             continue
-        spelled += [f"{where(path, node)}: {node.value!r}" for node in strings_in_code(parsed(path))
-                    if OUR_VARIABLE.search(node.value)]
+        spelled += [
+            f"{where(path, node)}: {node.value!r}"
+            for node in strings_in_code(parsed(path))
+            if OUR_VARIABLE.search(node.value)
+        ]
     assert spelled == [], "name these through databricks.air._variables:\n" + "\n".join(spelled)
 
 
@@ -76,9 +84,13 @@ def test_our_number_variables_are_parsed_in_settings_py_only() -> None:
         for path in python_files(PACKAGE)
         if path.name != "_settings.py"
         for node in ast.walk(parsed(path))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("float", "int")
-        and any(isinstance(inner, ast.Attribute) and getattr(inner.value, "id", "") == "_variables"
-                for argument in node.args for inner in ast.walk(argument))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") in ("float", "int")
+        and any(
+            isinstance(inner, ast.Attribute) and getattr(inner.value, "id", "") == "_variables"
+            for argument in node.args
+            for inner in ast.walk(argument)
+        )
     ]
     assert parsed_elsewhere == [], "read these through a databricks.air._settings.Setting"
 
@@ -141,8 +153,14 @@ def test_the_launcher_reaches_the_engine_through_its_entry_point_only() -> None:
 
 
 RAY = PACKAGE / "_ray"
-RAY_PLACEMENT = {"placement_group", "remove_placement_group", "PlacementGroupSchedulingStrategy",
-                 "ray.util.placement_group", "ray.util.scheduling_strategies", "get_max_resources_from_cluster_config"}
+RAY_PLACEMENT = {
+    "placement_group",
+    "remove_placement_group",
+    "PlacementGroupSchedulingStrategy",
+    "ray.util.placement_group",
+    "ray.util.scheduling_strategies",
+    "get_max_resources_from_cluster_config",
+}
 RAY_CLUSTER_CALLS = ("ray.nodes", "ray.init")  # ``ray.nodes()``, ``self.ray.init(...)``
 RAY_DEFINITIONS = re.compile(
     r"_?(ACCELERATOR_AMOUNT|ACCELERATOR_RESOURCE_PREFIX|RAY_ACCELERATOR_NAMES|accelerator_resource)$"
@@ -169,8 +187,7 @@ def test_ray_placement_lives_in_ray() -> None:
         f"{where(path, node)}: {name}"
         for path in outside
         for name, node in calls_and_imports(parsed(path))
-        if name in RAY_PLACEMENT
-        or isinstance(node, ast.Call) and ast.unparse(node.func).endswith(RAY_CLUSTER_CALLS)
+        if name in RAY_PLACEMENT or isinstance(node, ast.Call) and ast.unparse(node.func).endswith(RAY_CLUSTER_CALLS)
     )
     assert placing == [], "use databricks.air._ray's placement, resources and session:\n" + "\n".join(placing)
     defined = sorted(
@@ -205,7 +222,9 @@ TEXT_SUFFIXES = {".py", ".md", ".toml", ".cfg", ".txt", ".yaml", ".yml", ".ipynb
 def test_no_text_points_at_a_numbered_item_of_a_document_outside_the_repository() -> None:
     folders = [*SOURCES, ROOT / "tests", ROOT / "bench", ROOT / "docs", ROOT / "examples"]
     files = [ROOT / "README.md"] + [
-        path for folder in folders for path in sorted(folder.rglob("*"))
+        path
+        for folder in folders
+        for path in sorted(folder.rglob("*"))
         if path.suffix in TEXT_SUFFIXES and path != Path(__file__).resolve() and ".venv" not in path.parts
     ]
     found = [
@@ -229,7 +248,8 @@ def test_tcp_listeners_are_opened_in_processes_py() -> None:
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in python_files(PACKAGE)
         for name, node in calls_and_imports(parsed(path))
-        if name == "TCPStore" and isinstance(node, ast.Call)
+        if name == "TCPStore"
+        and isinstance(node, ast.Call)
         and any(keyword.arg == "is_master" for keyword in node.keywords)
         and not any(keyword.arg == "master_listen_fd" for keyword in node.keywords)
     ]
@@ -257,7 +277,13 @@ def test_the_files_of_a_calls_log_folder_are_named_in_call_folder_py_only() -> N
 
 
 def test_the_prefix_of_the_librarys_own_lines_is_spelled_in_notices_py_only() -> None:
-    spelled = [f"{where(path, node)}: {node.value!r}" for path in python_files(PACKAGE)
-               if path != PACKAGE / "_notices.py"
-               for node in strings_in_code(parsed(path)) if node.value.startswith("databricks.air: ")]
-    assert spelled == [], "write these with databricks.air._notices (notice, prefixed or PREFIX):\n" + "\n".join(spelled)
+    spelled = [
+        f"{where(path, node)}: {node.value!r}"
+        for path in python_files(PACKAGE)
+        if path != PACKAGE / "_notices.py"
+        for node in strings_in_code(parsed(path))
+        if node.value.startswith("databricks.air: ")
+    ]
+    assert spelled == [], "write these with databricks.air._notices (notice, prefixed or PREFIX):\n" + "\n".join(
+        spelled
+    )

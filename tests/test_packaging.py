@@ -84,10 +84,19 @@ def test_the_wheel_the_docs_name_is_the_one_pip_wheel_builds() -> None:
 def test_nothing_says_to_install_the_package_from_an_index() -> None:
     """The package is not on PyPI: no page, example or message of ours tells pip to fetch it by name."""
     by_name = re.compile(r"pip install [^\n`]*(?<![\w./-])[\"']?databricks-air-oss\b")
-    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").rglob("*.*"),
-             *(ROOT / "databricks_air").rglob("*.py"), *(ROOT / "serverless_gpu").rglob("*.py")]
-    found = [f"{path.relative_to(ROOT)}: {match.group(0)}" for path in files if path.is_file()
-             for match in by_name.finditer(path.read_text(encoding="utf-8", errors="replace"))]
+    files = [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "examples").rglob("*.*"),
+        *(ROOT / "databricks_air").rglob("*.py"),
+        *(ROOT / "serverless_gpu").rglob("*.py"),
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in files
+        if path.is_file()
+        for match in by_name.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
     assert found == []
 
 
@@ -97,13 +106,17 @@ def test_the_ray_message_names_what_the_ray_extra_brings() -> None:
     requirements = importlib.metadata.requires("databricks-air-oss") or []
     assert [r.split(";")[0].strip() for r in requirements if r.endswith('extra == "ray"')] == [RAY_REQUIREMENT]
     assert set(importlib.metadata.metadata("databricks-air-oss").get_all("Provides-Extra") or []) >= {
-        "ray", "deepspeed", "docs", "dev"}
+        "ray",
+        "deepspeed",
+        "docs",
+        "dev",
+    }
 
 
 def test_ci_runs_the_readme_developing_commands() -> None:
     section = _section(ROOT / "README.md", "## Developing")
     install = _first_block(section, "sh").strip()
-    tests = _first_block(section[section.index("Run the tests"):], "sh").strip()
+    tests = _first_block(section[section.index("Run the tests") :], "sh").strip()
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert f"({install})" in script and f"({tests})" in script
 
@@ -124,4 +137,3 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
             relative = init.parent.relative_to(folder)
             found.add(".".join([name, *relative.parts]) if relative.parts else name)
     assert sorted(found - set(config["packages"])) == []
-

@@ -55,8 +55,9 @@ def _train(data: str, checkpoints: str, records: str, fault: Optional[str]) -> D
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)))
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = DataLoader(UCVolumeDataset(data, shuffle=True, seed=7, cache=False), batch_size=1, num_workers=1)
     checkpointer = Checkpointer(checkpoints, keep=2, every=EVERY)
@@ -84,9 +85,13 @@ def _train(data: str, checkpoints: str, records: str, fault: Optional[str]) -> D
                         _die_half_way_through_a_write()
                     checkpointer.save(step, model=model, optimizer=optimizer, loader=loader)
     weights = {name: value.detach().clone() for name, value in model.module.state_dict().items()}
-    result = {"start": start, "steps": step, "attempt": attempt,
-              "skipped": [(path.name, why) for path, why in checkpointer.skipped],
-              "weights": weights if rank == 0 else None}
+    result = {
+        "start": start,
+        "steps": step,
+        "attempt": attempt,
+        "skipped": [(path.name, why) for path, why in checkpointer.skipped],
+        "weights": weights if rank == 0 else None,
+    }
     model = None  # the model goes before its process group
     dist.destroy_process_group()
     return result
@@ -150,7 +155,7 @@ def _read(records: Path) -> Dict[Tuple[int, int], List[Tuple[int, int, List[int]
     """``(rank, attempt) -> [(step, epoch, ids), ...]`` from the records folder."""
     found: Dict[Tuple[int, int], List[Tuple[int, int, List[int]]]] = {}
     for path in sorted(records.glob("rank*_attempt*.jsonl")):
-        rank, attempt = (int(part) for part in path.stem[len("rank"):].split("_attempt"))
+        rank, attempt = (int(part) for part in path.stem[len("rank") :].split("_attempt"))
         found[(rank, attempt)] = [tuple(json.loads(line)) for line in path.read_text().splitlines()]  # type: ignore
     return found
 
@@ -189,7 +194,9 @@ def test_the_uninterrupted_run_reads_every_file_once_per_epoch(uninterrupted: Di
 
 @pytest.mark.slow
 def test_a_rank_killed_at_step_50_resumes_from_step_40_and_ends_bit_for_bit_as_without_the_fault(
-    uninterrupted: Dict[str, Any], store: str, capfd: pytest.CaptureFixture  # noqa: F811 - fixture
+    uninterrupted: Dict[str, Any],
+    store: str,
+    capfd: pytest.CaptureFixture,
 ) -> None:
     import mlflow
 
@@ -200,8 +207,10 @@ def test_a_rank_killed_at_step_50_resumes_from_step_40_and_ends_bit_for_bit_as_w
     assert [(v["attempt"], v["start"], v["steps"]) for v in values] == [(1, 40, 60), (1, 40, 60)]
     assert _same_weights(values[0]["weights"], uninterrupted["weights"])
     err = capfd.readouterr().err
-    assert "databricks.air: rank 1 was killed by SIGKILL (the kernel's OOM killer?); restart 1 of 1 from step 40 " \
-           "(attempt 0's logs: " in err
+    assert (
+        "databricks.air: rank 1 was killed by SIGKILL (the kernel's OOM killer?); restart 1 of 1 from step 40 "
+        "(attempt 0's logs: " in err
+    )
 
     records = _read(records_folder)
     assert sorted(records) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -212,7 +221,7 @@ def test_a_rank_killed_at_step_50_resumes_from_step_40_and_ends_bit_for_bit_as_w
         lost = [row for row in records[(rank, 0)] if row[0] > 40]
         assert len(lost) <= 20  # steps recomputed: those after the last checkpoint, at most `every`
         # The steps run again read the same files as the first time: the loader's position was restored.
-        assert lost == records[(rank, 1)][:len(lost)]
+        assert lost == records[(rank, 1)][: len(lost)]
     committed = _committed(records)
     _assert_every_file_once_per_epoch(committed)
     plain = _committed(uninterrupted["records"])

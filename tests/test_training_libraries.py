@@ -52,8 +52,15 @@ def train_with_hf_trainer(output_dir: str) -> Dict[str, Any]:
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config)
     args = TrainingArguments(
-        output_dir=output_dir, per_device_train_batch_size=4, max_steps=4, learning_rate=1e-3,
-        report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, ddp_find_unused_parameters=False,
+        output_dir=output_dir,
+        per_device_train_batch_size=4,
+        max_steps=4,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        ddp_find_unused_parameters=False,
     )
     trainer = Trainer(model=model, args=args, train_dataset=RandomTokens())
     result = trainer.train()
@@ -140,13 +147,21 @@ def train_with_lightning() -> Dict[str, Any]:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     generator = torch.Generator().manual_seed(int(os.environ["RANK"]))
-    data = torch.utils.data.TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator)
+    )
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     torch.manual_seed(0)
     model = Regression()
     trainer = pl.Trainer(
-        accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_steps=4,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+        devices=int(os.environ["LOCAL_WORLD_SIZE"]),
+        strategy="ddp",
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(model, loader)
     return {

@@ -109,49 +109,77 @@ def _busy_port(monkeypatch: pytest.MonkeyPatch, listener: socket.socket) -> Call
 
 
 CASES = {
-    "num_accelerators 2.0": ("The number of accelerators is not a positive int", lambda mp, _: _distributed(
-        accelerator_type="CPU", num_accelerators=2.0)),
-    "num_accelerators 0": ("The number of accelerators is not a positive int", lambda mp, _: _distributed(
-        accelerator_type="CPU", num_accelerators=0)),
+    "num_accelerators 2.0": (
+        "The number of accelerators is not a positive int",
+        lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=2.0),
+    ),
+    "num_accelerators 0": (
+        "The number of accelerators is not a positive int",
+        lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=0),
+    ),
     "TPU": ("Unknown accelerator type", lambda mp, _: _distributed(accelerator_type="TPU", num_accelerators=2)),
     "timeout 0": ("Invalid timeout", lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=2, timeout=0)),
-    "timeout '1h'": ("Invalid timeout", lambda mp, _: _distributed(
-        accelerator_type="CPU", num_accelerators=2, timeout="1h")),
-    "timeout nan": ("Invalid timeout", lambda mp, _: _distributed(
-        accelerator_type="CPU", num_accelerators=2, timeout=float("nan"))),
-    "1000 CPU ranks": ("More CPU ranks than this machine can run", lambda mp, _: _distributed(
-        accelerator_type="CPU", num_accelerators=1000)),
+    "timeout '1h'": (
+        "Invalid timeout",
+        lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=2, timeout="1h"),
+    ),
+    "timeout nan": (
+        "Invalid timeout",
+        lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=2, timeout=float("nan")),
+    ),
+    "1000 CPU ranks": (
+        "More CPU ranks than this machine can run",
+        lambda mp, _: _distributed(accelerator_type="CPU", num_accelerators=1000),
+    ),
     "generator": ("The function is a generator or a coroutine", lambda mp, _: lambda: _decorate(batches)),
     "coroutine": ("The function is a generator or a coroutine", lambda mp, _: lambda: _decorate(fetch)),
     "gpus and num_accelerators": ("Old and new names together", lambda mp, _: _distributed(num_accelerators=2, gpus=2)),
     "gpus": ("Deprecation warnings about `gpus`, `gpu_type` or a GPU type", lambda mp, _: _distributed(gpus=2)),
-    "gpu_type H100": ("Deprecation warnings about `gpus`, `gpu_type` or a GPU type", lambda mp, _: _distributed(
-        gpus=8, gpu_type="H100")),
+    "gpu_type H100": (
+        "Deprecation warnings about `gpus`, `gpu_type` or a GPU type",
+        lambda mp, _: _distributed(gpus=8, gpu_type="H100"),
+    ),
     "decorated twice": ("The function is already decorated", lambda mp, _: _decorate_twice),
     "called directly": ("Calling the decorated function directly", lambda mp, _: lambda: _decorated()(3)),
     "missing argument": ("The arguments do not fit the function", lambda mp, _: lambda: _decorated().distributed()),
-    "too many arguments": ("The arguments do not fit the function",
-                           lambda mp, _: lambda: _decorated().distributed(1, 2)),
+    "too many arguments": (
+        "The arguments do not fit the function",
+        lambda mp, _: lambda: _decorated().distributed(1, 2),
+    ),
     "MASTER_PORT busy": ("`MASTER_PORT` is busy or malformed", _busy_port),
     "MASTER_PORT http": ("`MASTER_PORT` is busy or malformed", lambda mp, _: _call_with(mp, "MASTER_PORT", "http")),
-    "start method": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
-        mp, "DATABRICKS_AIR_START_METHOD", "forkserver")),
-    "grace": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
-        mp, "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "soon")),
-    "keep calls": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
-        mp, "DATABRICKS_AIR_LOG_KEEP_CALLS", "abc")),
-    "a switch": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
-        mp, "DATABRICKS_AIR_MLFLOW", "flase")),
-    "log dir": ("A configuration variable has a wrong value", lambda mp, _: _call_with(
-        mp, "DATABRICKS_AIR_LOG_DIR", "/etc/passwd")),
+    "start method": (
+        "A configuration variable has a wrong value",
+        lambda mp, _: _call_with(mp, "DATABRICKS_AIR_START_METHOD", "forkserver"),
+    ),
+    "grace": (
+        "A configuration variable has a wrong value",
+        lambda mp, _: _call_with(mp, "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "soon"),
+    ),
+    "keep calls": (
+        "A configuration variable has a wrong value",
+        lambda mp, _: _call_with(mp, "DATABRICKS_AIR_LOG_KEEP_CALLS", "abc"),
+    ),
+    "a switch": (
+        "A configuration variable has a wrong value",
+        lambda mp, _: _call_with(mp, "DATABRICKS_AIR_MLFLOW", "flase"),
+    ),
+    "log dir": (
+        "A configuration variable has a wrong value",
+        lambda mp, _: _call_with(mp, "DATABRICKS_AIR_LOG_DIR", "/etc/passwd"),
+    ),
     "torch's barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "torch")),
     "the helpers' barrier": ("The default process group is not initialised", lambda mp, _: _barrier(mp, "utils")),
-    "RANK one": ("A torchrun variable is not an integer, or disagrees with the process group",
-                 lambda mp, _: _with_rank(mp, "one")),
+    "RANK one": (
+        "A torchrun variable is not an integer, or disagrees with the process group",
+        lambda mp, _: _with_rank(mp, "one"),
+    ),
     "device tpu": ("`initialize_dist()` refuses a device", lambda mp, _: _initialize_dist("tpu")),
     "device cuda:0": ("`initialize_dist()` refuses a device", lambda mp, _: _initialize_dist("cuda:0")),
-    "remote without count": ("The cluster cannot hold the ranks", lambda mp, _: _distributed(
-        remote=True, accelerator_type="CPU")),
+    "remote without count": (
+        "The cluster cannot hold the ranks",
+        lambda mp, _: _distributed(remote=True, accelerator_type="CPU"),
+    ),
 }
 
 
@@ -176,8 +204,14 @@ def _initialize_dist(device: str) -> Callable[[], object]:
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     """CPU ranks, no tracking, logs in the test's folder, and none of the variables the messages are about."""
-    for name in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE", "DATABRICKS_AIR_START_METHOD",
-                 "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS"):
+    for name in (
+        "MASTER_PORT",
+        "MASTER_ADDR",
+        "RANK",
+        "WORLD_SIZE",
+        "DATABRICKS_AIR_START_METHOD",
+        "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DATABRICKS_AIR_ACCELERATOR_TYPE", "CPU")
     monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "0")

@@ -70,6 +70,8 @@ def unmappable(model: str, count: Optional[int], shown: str = "") -> Tuple[str, 
     if model not in OLD_MODELS:
         return NOT_A_MODEL, f"GPU type {shown} is not mapped automatically: use one of {list(NEW_TYPES)}"
     if count is None:
-        return NO_LITERAL_COUNT, (f"{shown} maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a "
-                                  "literal here: write the accelerator type")
+        return NO_LITERAL_COUNT, (
+            f"{shown} maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a "
+            "literal here: write the accelerator type"
+        )
     return NO_TYPE_FOR_COUNT, f"{shown} with {count} GPUs has no accelerator type: write one by hand"

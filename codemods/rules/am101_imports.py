@@ -55,7 +55,7 @@ def _renamed(dotted: Optional[str]) -> Optional[str]:
     parts = dotted.split(".")  # type: ignore[union-attr]
     if len(parts) > 1 and parts[1] in TOP_LEVEL_ALIASES:
         return NEW
-    return NEW + dotted[len(OLD):]  # type: ignore[index]
+    return NEW + dotted[len(OLD) :]  # type: ignore[index]
 
 
 def _no_counterpart(dotted: Optional[str]) -> Optional[str]:
@@ -63,8 +63,10 @@ def _no_counterpart(dotted: Optional[str]) -> Optional[str]:
     parts = (dotted or "").split(".")
     if len(parts) < 2 or parts[1] in SUBMODULES or (parts[1] in TOP_LEVEL_ALIASES and len(parts) == 2):
         return None
-    return (f"{dotted} has no counterpart in {NEW} (its modules are {', '.join(sorted(SUBMODULES))}), so it is left "
-            f"as it is: import the names it gives from {NEW} or one of those modules")
+    return (
+        f"{dotted} has no counterpart in {NEW} (its modules are {', '.join(sorted(SUBMODULES))}), so it is left "
+        f"as it is: import the names it gives from {NEW} or one of those modules"
+    )
 
 
 def _dotted(expression: str) -> Union[libcst.Attribute, libcst.Name]:
@@ -120,8 +122,9 @@ class ImportsRule(Rule):
         if not any(_is_old(name) for name in dotted):
             return updated_node
         if self._guarded(original_node):
-            self.report(original_node, f"a guarded import of {OLD} is left as it is: move it by hand",
-                        severity=Severity.MANUAL)
+            self.report(
+                original_node, f"a guarded import of {OLD} is left as it is: move it by hand", severity=Severity.MANUAL
+            )
             return updated_node
         problem = self._left_as_written(original_node)
         if problem is not None:
@@ -150,8 +153,11 @@ class ImportsRule(Rule):
             return updated_node
         target = _renamed(old) or NEW
         if self._guarded(original_node):
-            self.report(original_node, f"a guarded import from {old} is left as it is: move it by hand",
-                        severity=Severity.MANUAL)
+            self.report(
+                original_node,
+                f"a guarded import from {old} is left as it is: move it by hand",
+                severity=Severity.MANUAL,
+            )
             return updated_node
         problem = self._left_as_written(original_node)
         if problem is not None:
@@ -178,9 +184,7 @@ class ImportsRule(Rule):
 
     # --- uses of an unaliased `import serverless_gpu` ------------------------------------------------------------
 
-    def leave_Name(
-        self, original_node: libcst.Name, updated_node: libcst.Name
-    ) -> Union[libcst.Name, libcst.Attribute]:
+    def leave_Name(self, original_node: libcst.Name, updated_node: libcst.Name) -> Union[libcst.Name, libcst.Attribute]:
         if original_node.value != OLD or self._import_depth:
             return updated_node
         scope = self.get_metadata(ScopeProvider, original_node, None)
@@ -217,15 +221,22 @@ class ImportsRule(Rule):
         first = node.args[0].value
         if isinstance(first, libcst.SimpleString) and OLD in first.value:
             self._reported_strings.add(first)
-            self.report(node, f"a dynamic import of {first.value} is left as it is: import {NEW} instead",
-                        severity=Severity.MANUAL)
+            self.report(
+                node,
+                f"a dynamic import of {first.value} is left as it is: import {NEW} instead",
+                severity=Severity.MANUAL,
+            )
 
     def visit_SimpleString(self, node: libcst.SimpleString) -> None:
         if OLD not in node.value or node in self._reported_strings:
             return
         if _MODULE_PATH.match(_string_text(node)):
-            self.report(node, f"a string names the module path {node.value}, left as it is: if code imports or "
-                        f"patches by it (mock.patch, import_module), write {NEW} there", severity=Severity.MANUAL)
+            self.report(
+                node,
+                f"a string names the module path {node.value}, left as it is: if code imports or "
+                f"patches by it (mock.patch, import_module), write {NEW} there",
+                severity=Severity.MANUAL,
+            )
         else:
             self.report(node, f"a string mentions {OLD} (prose, not code); it is left as it is", severity=Severity.INFO)
 
@@ -257,8 +268,12 @@ class ImportsRule(Rule):
         """Under ``try``, or an ``if`` that chooses between the packages (in its own function or class): the import
         may be a fallback the author wants to keep (:mod:`air_migrate.rules.guards`)."""
         if self._top_level is None:
-            self._top_level = {small for statement in self.module.body
-                               if isinstance(statement, libcst.SimpleStatementLine) for small in statement.body}
+            self._top_level = {
+                small
+                for statement in self.module.body
+                if isinstance(statement, libcst.SimpleStatementLine)
+                for small in statement.body
+            }
         if node in self._top_level:
             return False  # a statement of the module's own (most imports): nothing around it (and no walk up)
         parent = self.get_metadata(ParentNodeProvider, node, None)
@@ -274,8 +289,10 @@ def _top_level_alias_problem(dotted: Optional[str], asname: Optional[libcst.AsNa
     name, which ``databricks.air`` does not have."""
     parts = (dotted or "").split(".")
     if len(parts) == 2 and parts[1] in TOP_LEVEL_ALIASES and asname is None:
-        return (f"{dotted} is {NEW} itself under an old name, which {NEW} does not have, so this import and its uses "
-                f"are left as they are: write `import {NEW} as {parts[1]}`, or import the names from {NEW}")
+        return (
+            f"{dotted} is {NEW} itself under an old name, which {NEW} does not have, so this import and its uses "
+            f"are left as they are: write `import {NEW} as {parts[1]}`, or import the names from {NEW}"
+        )
     return None
 
 
@@ -288,7 +305,7 @@ line, a message), which only informs."""
 def _string_text(node: libcst.SimpleString) -> str:
     """The string's characters between its quotes (prefix and quotes dropped, escapes left as written)."""
     quote = node.quote
-    return node.value[len(node.prefix) + len(quote): len(node.value) - len(quote)]
+    return node.value[len(node.prefix) + len(quote) : len(node.value) - len(quote)]
 
 
 def _asname(alias: libcst.ImportAlias) -> Optional[str]:

@@ -53,22 +53,35 @@ class KeywordsRule(Rule):
             if alias is not None and any(
                 (arg.keyword is not None and arg.keyword.value in RENAMES) or arg.star for arg in original_node.args
             ):
-                self.report(original_node, f"{alias[0]} is an alias of {alias[1]}: its keywords are not rewritten "
-                            f"here; call {alias[1]}(...) directly, or rename them by hand", severity=Severity.BLOCKING)
+                self.report(
+                    original_node,
+                    f"{alias[0]} is an alias of {alias[1]}: its keywords are not rewritten "
+                    f"here; call {alias[1]}(...) directly, or rename them by hand",
+                    severity=Severity.BLOCKING,
+                )
                 return updated_node
-            keywords = [arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES]
+            keywords = [
+                arg.keyword for arg in original_node.args if arg.keyword is not None and arg.keyword.value in RENAMES
+            ]
             callee = package_callee(self.get_metadata, original_node) if keywords else None
             if callee is not None:
-                self.report(keywords[0], f"{keywords[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
-                            "it is left as it is: check what that function takes (num_accelerators=, "
-                            "accelerator_type=?)", severity=Severity.MANUAL)
+                self.report(
+                    keywords[0],
+                    f"{keywords[0].value}= is given to {callee}, which is not distributed or ray_launch, so "
+                    "it is left as it is: check what that function takes (num_accelerators=, "
+                    "accelerator_type=?)",
+                    severity=Severity.MANUAL,
+                )
             return updated_node
         given = {arg.keyword.value for arg in original_node.args if arg.keyword is not None}
         old = [name for name in RENAMES if name in given]
         if not old:
             if any(arg.star == "**" for arg in original_node.args):
-                self.report(original_node, "keywords passed through ** cannot be checked for gpus/gpu_type",
-                            severity=Severity.BLOCKING)
+                self.report(
+                    original_node,
+                    "keywords passed through ** cannot be checked for gpus/gpu_type",
+                    severity=Severity.BLOCKING,
+                )
             return updated_node
         clashes = [name for name in old if RENAMES[name] in given]
         if clashes:

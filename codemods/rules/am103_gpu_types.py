@@ -60,7 +60,8 @@ from air_migrate.sources import SourceFile
 NOT_FOLLOWED = "AM109"
 _OLD_KEYWORD = "gpu_type"
 _TYPE_CLASSES = frozenset(
-    f"{package}.compute.{name}" for package in ("serverless_gpu", "databricks.air")
+    f"{package}.compute.{name}"
+    for package in ("serverless_gpu", "databricks.air")
     for name in ("GPUType", "AcceleratorType")
 )
 _TYPE_NAMES = "am103_type_names"
@@ -107,7 +108,7 @@ class GpuTypesRule(Rule):
     REPORTS = {
         **UNMAPPED_CODES,
         NOT_FOLLOWED: "reported: a GPU type given through a name or expression air-migrate cannot follow (or a name "
-                      "also used for something else); left as it is",
+        "also used for something else); left as it is",
     }
     METADATA_DEPENDENCIES = (PositionProvider, ScopeProvider, ParentNodeProvider)
 
@@ -126,7 +127,7 @@ class GpuTypesRule(Rule):
         if facts is None or not facts.pattern.search(self.context.text or module.code):
             return
         state: _TypeNames = self.context.file.setdefault(_TYPE_NAMES, _TypeNames())
-        for statement in module.body[len(self.context.prefix):]:
+        for statement in module.body[len(self.context.prefix) :]:
             if isinstance(statement, libcst.SimpleStatementLine):
                 for small in statement.body:
                     name, value = _plain_assignment(small)
@@ -158,8 +159,12 @@ class GpuTypesRule(Rule):
     def visit_Module(self, node: libcst.Module) -> None:
         state = self.context.file.get(_TYPE_NAMES)
         if isinstance(state, _TypeNames) and state.rewrites is None:
-            _decide(state, self.context.kind, lambda name: bound_names.mentioned_unread(self.context, name),
-                    bound_names.facts(self.context))
+            _decide(
+                state,
+                self.context.kind,
+                lambda name: bound_names.mentioned_unread(self.context, name),
+                bound_names.facts(self.context),
+            )
 
     # --- the transformation --------------------------------------------------------------------------------------
 
@@ -187,13 +192,21 @@ class GpuTypesRule(Rule):
             return updated_node
         if not isinstance(value, libcst.SimpleString):
             if isinstance(value, (libcst.FormattedString, libcst.ConcatenatedString)):
-                self.report(value, "a computed GPU type string cannot be mapped: write the accelerator type",
-                            severity=Severity.BLOCKING, code=COMPUTED)
+                self.report(
+                    value,
+                    "a computed GPU type string cannot be mapped: write the accelerator type",
+                    severity=Severity.BLOCKING,
+                    code=COMPUTED,
+                )
             elif _is_old_keyword(found) and not self._is_type_member(value):
-                self.report(value, f"gpu_type={self.module.code_for_node(value)} is not a literal, so air-migrate "
-                            "cannot tell whether it is an old GPU model name (which the runtime warns about): make "
-                            "sure its value is an accelerator type such as 'GPU_8xH100'", severity=Severity.MANUAL,
-                            code=NOT_FOLLOWED)
+                self.report(
+                    value,
+                    f"gpu_type={self.module.code_for_node(value)} is not a literal, so air-migrate "
+                    "cannot tell whether it is an old GPU model name (which the runtime warns about): make "
+                    "sure its value is an accelerator type such as 'GPU_8xH100'",
+                    severity=Severity.MANUAL,
+                    code=NOT_FOLLOWED,
+                )
             return updated_node
         text = value.evaluated_value
         if not isinstance(text, str) or is_accelerator_type(text):
@@ -221,10 +234,14 @@ class GpuTypesRule(Rule):
         if note is not None:
             self.report(name, note.message, severity=note.severity, code=note.code)
         elif _is_old_keyword(arg) and not _followed(state, name):
-            self.report(name, f"gpu_type={name.value}: air-migrate cannot follow {name.value} to a string literal "
-                        "of this file, so it cannot tell whether it is an old GPU model name (which the runtime "
-                        "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'",
-                        severity=Severity.MANUAL, code=NOT_FOLLOWED)
+            self.report(
+                name,
+                f"gpu_type={name.value}: air-migrate cannot follow {name.value} to a string literal "
+                "of this file, so it cannot tell whether it is an old GPU model name (which the runtime "
+                "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'",
+                severity=Severity.MANUAL,
+                code=NOT_FOLLOWED,
+            )
 
     def _is_launch_call(self, call: libcst.Call) -> bool:
         return is_launch_call(self.get_metadata, call, self.context.text or self.module.code)
@@ -254,7 +271,12 @@ def _decide(
 
 
 def _decide_name(
-    state: _TypeNames, name: str, uses: Sequence[_Use], typed: Sequence[_Use], kind: str, unread: bool,
+    state: _TypeNames,
+    name: str,
+    uses: Sequence[_Use],
+    typed: Sequence[_Use],
+    kind: str,
+    unread: bool,
     facts: bound_names.BoundNames,
 ) -> None:
     assert state.rewrites is not None
@@ -266,12 +288,16 @@ def _decide_name(
         why = _why_not_followed(name, bindings)
         old = sorted({repr(b.literal) for b in bindings if isinstance(b.literal, str) and parse_model(b.literal)})
         if old:  # one of its values is an old model name: whatever the keyword, it is not done
-            message = (f"{why}, among them to the old GPU model name {' and '.join(old)} (which the runtime warns "
-                       "about), so it is left as it is: give it, or this call, an accelerator type such as "
-                       "'GPU_8xH100'")
+            message = (
+                f"{why}, among them to the old GPU model name {' and '.join(old)} (which the runtime warns "
+                "about), so it is left as it is: give it, or this call, an accelerator type such as "
+                "'GPU_8xH100'"
+            )
         else:
-            message = (f"{why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
-                       "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'")
+            message = (
+                f"{why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
+                "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'"
+            )
         for use in typed:
             if use.keyword == _OLD_KEYWORD or old:
                 state.notes[use.node] = _Note(NOT_FOLLOWED, message)
@@ -299,8 +325,9 @@ def _decide_name(
     problem = _why_kept(name, uses, typed, binding, chosen, literal, unread, kind)
     if problem is not None:
         for use in typed:
-            state.notes[use.node] = _Note(NOT_FOLLOWED, f"{shown} {problem}, so it is left as it is: write "
-                                          f'accelerator_type="{targets[use]}" here')
+            state.notes[use.node] = _Note(
+                NOT_FOLLOWED, f'{shown} {problem}, so it is left as it is: write accelerator_type="{targets[use]}" here'
+            )
         return
     assert literal is not None
     where = ", ".join(sorted({_place(use.where, kind) for use in typed}))
@@ -322,8 +349,14 @@ def _why_not_followed(name: str, bindings: Sequence[bound_names.NameBinding]) ->
 
 
 def _why_kept(
-    name: str, uses: Sequence[_Use], typed: Sequence[_Use], binding: bound_names.NameBinding, chosen: List[str],
-    literal: Optional[libcst.SimpleString], unread: bool, kind: str,
+    name: str,
+    uses: Sequence[_Use],
+    typed: Sequence[_Use],
+    binding: bound_names.NameBinding,
+    chosen: List[str],
+    literal: Optional[libcst.SimpleString],
+    unread: bool,
+    kind: str,
 ) -> Optional[str]:
     """Why the literal of ``name`` is not rewritten, if it is not."""
     if len(chosen) > 1:
@@ -336,7 +369,7 @@ def _why_kept(
     if any(use.where <= binding.where for use in typed):
         return "is used before the statement that binds it"
     if literal is None:
-        return "is not bound by a plain `name = \"...\"` statement"
+        return 'is not bound by a plain `name = "..."` statement'
     return None
 
 
@@ -356,8 +389,11 @@ def _is_old_keyword(arg: libcst.Arg) -> bool:
 
 def _plain_assignment(small: libcst.BaseSmallStatement) -> Tuple[Optional[str], Optional[libcst.BaseExpression]]:
     """``(name, value)`` for ``name = value`` and ``name: T = value``."""
-    if isinstance(small, libcst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target,
-                                                                                  libcst.Name):
+    if (
+        isinstance(small, libcst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, libcst.Name)
+    ):
         return small.targets[0].target.value, small.value
     if isinstance(small, libcst.AnnAssign) and isinstance(small.target, libcst.Name):
         return small.target.value, small.value
@@ -368,7 +404,7 @@ def _requoted(value: libcst.SimpleString, target: str) -> libcst.SimpleString:
     """``target`` as a literal with the quotes and prefix of ``value``."""
     quoted = value.value
     prefix_length = len(quoted) - len(quoted.lstrip("rRbBuU"))
-    quote = quoted[prefix_length:prefix_length + 3]
+    quote = quoted[prefix_length : prefix_length + 3]
     if quote not in ('"""', "'''"):
         quote = quote[0]
     return libcst.SimpleString(f"{quoted[:prefix_length]}{quote}{target}{quote}")

@@ -135,8 +135,9 @@ class GpuTypeMembersRule(Rule):
                 module = get_full_name_for_node(node.module) if node.module is not None else None
                 if module not in COMPUTE_MODULES:
                     continue
-                if any(_bound_name(alias) == assignment.name and _imported_name(alias) == OLD_CLASS
-                       for alias in node.names):
+                if any(
+                    _bound_name(alias) == assignment.name and _imported_name(alias) == OLD_CLASS for alias in node.names
+                ):
                     line = self.get_metadata(PositionProvider, node).start.line
                     yield self.context.origin(line), assignment
 
@@ -164,8 +165,10 @@ class GpuTypeMembersRule(Rule):
             if member.attr.value not in OLD_MODELS:
                 return False  # GPUType.values() and the like: nothing to say
             self._notes[member] = _Note(
-                self.CODE, f"{shown} is used outside a distributed call and is left as it is ({OLD_CLASS} is "
-                f"deprecated: use {NEW_CLASS} where a shape is meant)", Severity.MANUAL,
+                self.CODE,
+                f"{shown} is used outside a distributed call and is left as it is ({OLD_CLASS} is "
+                f"deprecated: use {NEW_CLASS} where a shape is meant)",
+                Severity.MANUAL,
             )
             return False
         count = literal_count(call, lambda name: bound_names.int_value(self, name))
@@ -185,7 +188,9 @@ class GpuTypeMembersRule(Rule):
         if arg.keyword.value not in TYPE_KEYWORDS:
             return None
         call = self._parent(arg)
-        if isinstance(call, libcst.Call) and is_launch_call(self.get_metadata, call, self.context.text or self.module.code):
+        if isinstance(call, libcst.Call) and is_launch_call(
+            self.get_metadata, call, self.context.text or self.module.code
+        ):
             return call
         return None
 
@@ -228,9 +233,7 @@ class GpuTypeMembersRule(Rule):
 
     # --- the transformation --------------------------------------------------------------------------------------
 
-    def leave_Attribute(
-        self, original_node: libcst.Attribute, updated_node: libcst.Attribute
-    ) -> libcst.Attribute:
+    def leave_Attribute(self, original_node: libcst.Attribute, updated_node: libcst.Attribute) -> libcst.Attribute:
         note = self._notes.get(original_node)
         if note is not None:
             self.report(original_node, note.message, severity=note.severity, code=note.code)
@@ -250,9 +253,7 @@ class GpuTypeMembersRule(Rule):
         )
         return new_node
 
-    def leave_ImportFrom(
-        self, original_node: libcst.ImportFrom, updated_node: libcst.ImportFrom
-    ) -> libcst.ImportFrom:
+    def leave_ImportFrom(self, original_node: libcst.ImportFrom, updated_node: libcst.ImportFrom) -> libcst.ImportFrom:
         plan: Dict[Tuple[int, int], _Binding] = self.context.file.get(_PLAN, {})
         line = self.get_metadata(PositionProvider, original_node).start.line
         binding = plan.get(self.context.origin(line))
@@ -267,7 +268,7 @@ class GpuTypeMembersRule(Rule):
         if still_used:
             if has_new or not binding.needs_import:
                 return updated_node
-            names[index:index + 1] = _insert_after(names[index], libcst.ImportAlias(libcst.Name(NEW_CLASS)))
+            names[index : index + 1] = _insert_after(names[index], libcst.ImportAlias(libcst.Name(NEW_CLASS)))
             message = f"{NEW_CLASS} imported next to {OLD_CLASS}, which is still used"
             review = False
         elif has_new or not binding.needs_import:
@@ -318,8 +319,10 @@ class GpuTypeMembersRule(Rule):
 
     def _is_plain_module_level(self, node: libcst.ImportFrom) -> bool:
         statement = self._parent(node)
-        return self.context.kind == "python" and statement is not None and isinstance(
-            self._parent(statement), libcst.Module
+        return (
+            self.context.kind == "python"
+            and statement is not None
+            and isinstance(self._parent(statement), libcst.Module)
         )
 
 
@@ -341,7 +344,7 @@ def _insert_after(alias: libcst.ImportAlias, new: libcst.ImportAlias) -> List[li
 
 def _without(names: List[libcst.ImportAlias], index: int) -> List[libcst.ImportAlias]:
     """``names`` less one, the last remaining name taking the removed one's comma when it was last."""
-    kept = names[:index] + names[index + 1:]
+    kept = names[:index] + names[index + 1 :]
     if index == len(names) - 1:
         kept[-1] = kept[-1].with_changes(comma=names[index].comma)
     return kept
@@ -362,7 +365,9 @@ class _ParentsOf(libcst.CSTVisitor):
         self._stack.pop()
 
 
-def _parents_within(module: libcst.Module, statements: Sequence[libcst.BaseStatement]) -> Dict[libcst.CSTNode, libcst.CSTNode]:
+def _parents_within(
+    module: libcst.Module, statements: Sequence[libcst.BaseStatement]
+) -> Dict[libcst.CSTNode, libcst.CSTNode]:
     """The parent of every node of ``statements`` (top-level statements of ``module``, whose parent it is)."""
     visitor = _ParentsOf(module)
     for statement in statements:

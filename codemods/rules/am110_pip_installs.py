@@ -93,7 +93,8 @@ class PipInstallsRule(LineRule):
             mention = _MENTION.search(line, start)
             assert mention is not None
             return LineFinding(
-                mention.start() + 1, mention.end() + 1,
+                mention.start() + 1,
+                mention.end() + 1,
                 "installs serverless_gpu in a form --fix-pip cannot rewrite (a URL, a file): change it by hand "
                 f"to {self.package}",
                 severity=Severity.MANUAL,
@@ -102,7 +103,9 @@ class PipInstallsRule(LineRule):
         last = start + tokens[-1].end() + 1
         if not self.options.fix_pip:
             return LineFinding(
-                first, last, f"installs serverless_gpu: install {self.package} instead (--fix-pip rewrites this line)",
+                first,
+                last,
+                f"installs serverless_gpu: install {self.package} instead (--fix-pip rewrites this line)",
                 severity=Severity.MANUAL,
             )
         return self._rewrite(line, start, tokens, first, last)
@@ -112,9 +115,8 @@ class PipInstallsRule(LineRule):
         args = line[start:]
         installed = _COMMENT.split(args, maxsplit=1)[0]
         present = any(
-            _normalized(re.split(r"[\[<>=!~;\s]", t.group().strip("\"'"), maxsplit=1)[0]) == _normalized(
-                re.split(r"[\[<>=!~]", package, maxsplit=1)[0]
-            )
+            _normalized(re.split(r"[\[<>=!~;\s]", t.group().strip("\"'"), maxsplit=1)[0])
+            == _normalized(re.split(r"[\[<>=!~]", package, maxsplit=1)[0])
             for t in _TOKEN.finditer(installed)
         )
         notes: List[str] = []
@@ -125,8 +127,9 @@ class PipInstallsRule(LineRule):
             assert requirement is not None
             quote, extras, spec = requirement.group("quote"), requirement.group("extras"), requirement.group("spec")
             if spec:
-                notes.append(f"the version specifier {spec.strip()} is dropped: it applies to serverless_gpu, not to "
-                             f"{package}")
+                notes.append(
+                    f"the version specifier {spec.strip()} is dropped: it applies to serverless_gpu, not to {package}"
+                )
             if present:
                 cut = token.start()
                 while cut > position and args[cut - 1] in " \t":
@@ -135,12 +138,16 @@ class PipInstallsRule(LineRule):
             else:
                 if extras:
                     notes.append(f"the extras {extras} are kept: check that {package} provides them")
-                pieces.append(args[position:token.start()] + f"{quote}{package}{extras or ''}{quote}")
+                pieces.append(args[position : token.start()] + f"{quote}{package}{extras or ''}{quote}")
             position = token.end()
         pieces.append(args[position:])
         new_line = line[:start] + "".join(pieces)
-        action = f"serverless_gpu removed ({package} is already installed here)" if present else \
-            f"serverless_gpu -> {package}"
+        action = (
+            f"serverless_gpu removed ({package} is already installed here)"
+            if present
+            else f"serverless_gpu -> {package}"
+        )
         message = "; ".join([action] + notes)
-        return LineFinding(first, last, message, severity=Severity.REVIEW if notes else Severity.CHANGE,
-                           new_line=new_line)
+        return LineFinding(
+            first, last, message, severity=Severity.REVIEW if notes else Severity.CHANGE, new_line=new_line
+        )

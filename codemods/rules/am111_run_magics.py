@@ -28,7 +28,8 @@ class RunMagicsRule(LineRule):
             return None
         target = found.group("target") or "another notebook"
         return LineFinding(
-            found.start("magic") + 1, found.end("magic") + 1,
+            found.start("magic") + 1,
+            found.end("magic") + 1,
             f"%run {target} runs another notebook: names it defines are not resolved here, so uses of them are not "
             "migrated; run air-migrate on it too and check this notebook by hand",
             severity=Severity.MANUAL,

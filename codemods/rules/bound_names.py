@@ -125,8 +125,9 @@ class _GlobalBindings(ast.NodeVisitor):
         declared = self._globals[-1]
         return declared is None or name in declared
 
-    def _bind(self, name: str, node: ast.AST, literal: Optional[Literal] = None, member: bool = False,
-              top_level: bool = False) -> None:
+    def _bind(
+        self, name: str, node: ast.AST, literal: Optional[Literal] = None, member: bool = False, top_level: bool = False
+    ) -> None:
         if name in self._names and self._module_level(name):
             where = (self._cell, getattr(node, "lineno", 1))
             self.found.append((name, NameBinding(where, literal, top_level, member)))
@@ -210,8 +211,7 @@ class _GlobalBindings(ast.NodeVisitor):
 
 def _plain_assignment(statement: ast.stmt) -> Tuple[Optional[str], Optional[ast.expr]]:
     """``(name, value)`` for ``name = value`` and ``name: T = value`` (one target, a plain name)."""
-    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
-            and isinstance(statement.targets[0], ast.Name):
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
         return statement.targets[0].id, statement.value
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.simple:
         return statement.target.id, statement.value

@@ -18,12 +18,17 @@ import libcst
 from libcst.helpers import get_full_name_for_node
 
 NEW = "databricks.air"
-_LOOKS_UP_A_MODULE = re.compile(r"find_spec|find_loader|import_module|__import__|sys\.modules|serverless_gpu|"
-                                r"databricks|ImportError|ModuleNotFoundError")
+_LOOKS_UP_A_MODULE = re.compile(
+    r"find_spec|find_loader|import_module|__import__|sys\.modules|serverless_gpu|"
+    r"databricks|ImportError|ModuleNotFoundError"
+)
 
 
-_IMPORTS_NEW_PACKAGE = re.compile(r"^[ \t]*(?:from[ \t]+databricks\.air\b|import[ \t]+(?:[\w.]+[ \t]*,[ \t]*)*"
-                                  r"databricks\.air\b)", re.MULTILINE)
+_IMPORTS_NEW_PACKAGE = re.compile(
+    r"^[ \t]*(?:from[ \t]+databricks\.air\b|import[ \t]+(?:[\w.]+[ \t]*,[ \t]*)*"
+    r"databricks\.air\b)",
+    re.MULTILINE,
+)
 
 
 def is_guard(node: libcst.CSTNode, code: Optional[Callable[[libcst.CSTNode], str]] = None) -> bool:

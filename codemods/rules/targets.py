@@ -25,8 +25,12 @@ LAUNCHER_MODULES = {"distributed": ("", ".launcher"), "ray_launch": ("", ".ray")
 OLD_ONLY_MODULES = (".api",)
 """Old module paths with both launchers that ``databricks.air`` has no module for (:mod:`serverless_gpu.api`)."""
 LAUNCHERS = frozenset(
-    [f"{package}{module}.{name}" for package in (OLD_MODULE, NEW_MODULE)
-     for name, modules in LAUNCHER_MODULES.items() for module in modules]
+    [
+        f"{package}{module}.{name}"
+        for package in (OLD_MODULE, NEW_MODULE)
+        for name, modules in LAUNCHER_MODULES.items()
+        for module in modules
+    ]
     + [f"{OLD_MODULE}{module}.{name}" for module in OLD_ONLY_MODULES for name in LAUNCHER_MODULES]
 )
 """The qualified names of the launchers, e.g. ``serverless_gpu.launcher.distributed``."""
@@ -86,8 +90,11 @@ def package_names(text: str) -> FrozenSet[str]:
     names: Set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names
-                         if alias.name.split(".")[0] in _PACKAGE_ROOTS)
+            names.update(
+                alias.asname or alias.name.split(".")[0]
+                for alias in node.names
+                if alias.name.split(".")[0] in _PACKAGE_ROOTS
+            )
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in _PACKAGE_ROOTS:
             names.update(alias.asname or alias.name for alias in node.names if alias.name != "*")
     return frozenset(names)
@@ -99,8 +106,18 @@ _PACKAGE_ROOTS = (OLD_MODULE, NEW_MODULE.split(".")[0])
 def launch_words(text: str) -> FrozenSet[str]:
     """What a statement holds when it may contain a launch call (:func:`is_launch_call`) or a GPU type: the
     launchers' own names, ``with_overrides``, the keywords, and every name imported from either package."""
-    return frozenset((OLD_MODULE, "databricks", "distributed", "ray_launch", "with_overrides", "GPUType",
-                      *TYPE_KEYWORDS, *COUNT_KEYWORDS)) | package_names(text)
+    return frozenset(
+        (
+            OLD_MODULE,
+            "databricks",
+            "distributed",
+            "ray_launch",
+            "with_overrides",
+            "GPUType",
+            *TYPE_KEYWORDS,
+            *COUNT_KEYWORDS,
+        )
+    ) | package_names(text)
 
 
 def keyword_args(call: libcst.Call) -> Dict[str, libcst.Arg]:

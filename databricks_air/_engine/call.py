@@ -150,8 +150,9 @@ class Call(abc.ABC):
         self._stalls = stall_watch.StallWatch(launch.stall_seconds)
         self._stall_reports = 0
         self._next_stall_check = time.monotonic() + stall_watch.check_interval(launch.stall_seconds)
-        self.straggler_watch = straggler_watch.StragglerWatch(launch.straggler_seconds, launch.log_dir,
-                                                              launch.world_size, launch.on_stragglers)
+        self.straggler_watch = straggler_watch.StragglerWatch(
+            launch.straggler_seconds, launch.log_dir, launch.world_size, launch.on_stragglers
+        )
 
     # --- what each way of starting ranks implements ----------------------------------------------------------------
 
@@ -199,8 +200,9 @@ class Call(abc.ABC):
         watch; by default, nothing is known."""
         return {}
 
-    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
-                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+    def issue_times(
+        self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+    ) -> Dict[int, Optional[Dict[str, Any]]]:
         """When each of ``ranks`` issued its collectives after ``since`` (per rank, the last sequence number seen per
         group), for the straggler watch (``None``: it did not answer); by default, nothing is known."""
         return {}
@@ -297,8 +299,9 @@ class Call(abc.ABC):
         reason = self.supervisor.stop_reason if self.supervisor is not None else None
         return reason if reason is not None else StopReason.FAILURE
 
-    def _snapshot_and_report(self, running: Sequence[RankOutcome], reason: StopReason,
-                             folder: ReportFolder) -> Optional[StopReport]:
+    def _snapshot_and_report(
+        self, running: Sequence[RankOutcome], reason: StopReason, folder: ReportFolder
+    ) -> Optional[StopReport]:
         """Snapshot ``running`` and report on every rank (written to the log folder); ``None`` when there is no
         rank to look at, or snapshots are off."""
         budget = self.launch.snapshot_seconds

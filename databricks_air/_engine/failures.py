@@ -99,8 +99,10 @@ def results_or_error(
     if stop_reason is StopReason.INTERRUPT:
         raise KeyboardInterrupt
     if stop_reason is StopReason.TIMEOUT:
-        sections = [f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks were "
-                    f"stopped. {timeout_note}".rstrip()]
+        sections = [
+            f"{name} did not finish within its timeout of {timeout:g} s, so all {len(ordered)} ranks were "
+            f"stopped. {timeout_note}".rstrip()
+        ]
         if stop_report is not None:
             sections.append(stop_report.text())
         causes = likely_causes.section(likely_causes.find({o.rank: o.log_path for o in ordered}))
@@ -161,7 +163,8 @@ def build_error(
     sections.append("Ranks:\n" + "\n".join(_rank_line(o, failures, root.rank) for o in outcomes))
     returned = {o.rank for o in outcomes if o.succeeded and not o.returned_when_stopped}
     stopped = sorted(
-        rank for rank in (stop_report.snapshots if stop_report is not None else {})
+        rank
+        for rank in (stop_report.snapshots if stop_report is not None else {})
         if rank not in failures and rank not in returned
     )
     # Where the ranks the launcher stopped were: not those that failed too, nor those whose function returned (the
@@ -200,8 +203,11 @@ def skipped_collective(outcomes: List[RankOutcome], root: RankOutcome) -> Option
         op = str(group.get("last_op") or "collective")
         label = "the default group" if group.get("name") == "default_pg" or group_id == "0" else f"group {group_id}"
         one = len(early) == 1
-        who = f"rank {early[0][0]}" if one else "ranks " + ", ".join(str(r) for r, _ in early[:-1]) + \
-            f" and {early[-1][0]}"
+        who = (
+            f"rank {early[0][0]}"
+            if one
+            else "ranks " + ", ".join(str(r) for r, _ in early[:-1]) + f" and {early[-1][0]}"
+        )
         counts = str(early[0][1]) if one else ", ".join(f"{count} (rank {rank})" for rank, count in early)
         plural = "" if one and early[0][1] == 1 else "s"
         return (
@@ -231,12 +237,12 @@ def _frames_only(traceback_text: str, record: Optional[RankRecord]) -> str:
     text = traceback_text.rstrip("\n")
     header = "Traceback (most recent call last):\n"
     if text.startswith(header):
-        text = text[len(header):]
+        text = text[len(header) :]
     if record is not None:
         message = record.message or ""
         ending = f": {message}" if message else (record.error_type or "")
         cut = text.rfind("\n", 0, len(text) - len(ending)) if ending and text.endswith(ending) else -1
-        if cut >= 0 and not text[cut + 1:].startswith(" "):  # the exception's line, not a frame's source line
+        if cut >= 0 and not text[cut + 1 :].startswith(" "):  # the exception's line, not a frame's source line
             text = text[:cut]
     return text
 

@@ -66,7 +66,7 @@ def node_devices(environ: Mapping[str, str], count: int) -> List[str]:
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if simulated_count(environ) is None and visible is not None:
         names = [entry.strip() for entry in visible.split(",")]
-        return names[: count]
+        return names[:count]
     return [str(index) for index in range(count)]
 
 
@@ -182,7 +182,7 @@ def holders(table: str, devices: Sequence[str]) -> List[Holder]:
     return found
 
 
-# --- taking ------------------------------------------------------------------------------------------------------------
+# --- taking -----------------------------------------------------------------------------------------------------------
 
 
 def _try_take(table: str, count: int, devices: Sequence[str], name: str) -> Optional[Lease]:
@@ -232,7 +232,7 @@ def _lock_path(table: str, device: str) -> str:
     return os.path.join(table, f"gpu-{safe}.lock")
 
 
-# --- the queue ---------------------------------------------------------------------------------------------------------
+# --- the queue --------------------------------------------------------------------------------------------------------
 
 
 def _enqueue(queue: str) -> Tuple[str, int]:

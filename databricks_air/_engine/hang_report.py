@@ -30,8 +30,15 @@ from databricks.air._engine.snapshot import Collective, Frame, GroupPosition, Ra
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DISTRIBUTED = os.path.join("torch", "distributed", "")
 _LIBRARY_PATH = re.compile(r"/(site-packages|dist-packages)/|/lib/python\d+\.\d+/")
-_RENDEZVOUS_FUNCTIONS = {"init_process_group", "rendezvous", "_store_based_barrier", "_create_c10d_store",
-                         "_env_rendezvous_handler", "_tcp_rendezvous_handler", "init_device_mesh"}
+_RENDEZVOUS_FUNCTIONS = {
+    "init_process_group",
+    "rendezvous",
+    "_store_based_barrier",
+    "_create_c10d_store",
+    "_env_rendezvous_handler",
+    "_tcp_rendezvous_handler",
+    "init_device_mesh",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +135,12 @@ def _waiting(snapshot: Optional[RankSnapshot]) -> List[Tuple[GroupPosition, Coll
         return []
     pending = [(group, group.pending) for group in snapshot.groups if group.pending is not None]
     thread = snapshot.main_thread
-    if pending and thread is not None and thread.frames and not any(_TORCH_DISTRIBUTED in f.file for f in thread.frames):
+    if (
+        pending
+        and thread is not None
+        and thread.frames
+        and not any(_TORCH_DISTRIBUTED in f.file for f in thread.frames)
+    ):
         return []  # torch has not marked the last one completed yet, but the rank has moved on
     return pending
 
@@ -291,9 +303,7 @@ def _verdict(views: Sequence[RankView], places: Dict[int, Optional[Frame]], now:
     return "No rank can be singled out from what the ranks reported.", []
 
 
-def _behind_clause(
-    view: RankView, group_id: str, label: str, places: Dict[int, Optional[Frame]], pronoun: bool
-) -> str:
+def _behind_clause(view: RankView, group_id: str, label: str, places: Dict[int, Optional[Frame]], pronoun: bool) -> str:
     who = "it" if pronoun else f"rank {view.rank}"
     if view.ended is not None:
         return f"{who} ended ({view.ended})"

@@ -83,17 +83,24 @@ def run(launch: Launch, calls: Type[Call] = LocalCall) -> List[Any]:
             if launch.max_restarts <= 0:
                 raise
             decision = restarts.decide(
-                error, call.outcomes.values(), attempt=attempt.attempt, max_restarts=launch.max_restarts,
-                restart_on=launch.restart_on, history=history, now=time.monotonic(),
+                error,
+                call.outcomes.values(),
+                attempt=attempt.attempt,
+                max_restarts=launch.max_restarts,
+                restart_on=launch.restart_on,
+                history=history,
+                now=time.monotonic(),
             )
             if not decision.restart:
                 _say_what_was_decided(error, [*history, decision])
                 raise
             history.append(decision)
             restarts.keep_attempt(launch.log_dir, attempt.attempt)
-            notice(f"{decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
+            notice(
+                f"{decision.cause}; restart {attempt.attempt + 1} of {launch.max_restarts}"
                 f"{restarts.resuming_from(launch.log_dir)} (attempt {attempt.attempt}'s logs: "
-                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})")
+                f"{CallFolder(launch.log_dir).attempt(attempt.attempt)})"
+            )
             if launch.on_restart is not None:
                 launch.on_restart(decision)
             attempt = dataclasses.replace(attempt, attempt=attempt.attempt + 1)
@@ -102,8 +109,7 @@ def run(launch: Launch, calls: Type[Call] = LocalCall) -> List[Any]:
 def _say_what_was_decided(error: BaseException, decisions: List[restarts.Restart]) -> None:
     """Add to the report of ``error`` (the last attempt's) what failed in each attempt, and whether it restarted."""
     lines = [
-        f"  attempt {d.attempt}: {d.cause}: {'restarted' if d.restart else 'not restarted'}: {d.why}"
-        for d in decisions
+        f"  attempt {d.attempt}: {d.cause}: {'restarted' if d.restart else 'not restarted'}: {d.why}" for d in decisions
     ]
     section = "Restarts (max_restarts):\n" + "\n".join(lines)
     report = getattr(error, "_report", None)

@@ -41,8 +41,12 @@ def find(log_paths: Dict[int, str], root_rank: Optional[int] = None) -> List[Cau
     order = {log_patterns.FATAL: 0, log_patterns.ERROR: 1, log_patterns.WARNING: 2}
 
     def key(cause: Cause) -> Tuple[bool, int, int, int]:
-        return (cause.found.pattern.consequence, order.get(cause.found.pattern.severity, 3),
-                0 if cause.rank == root_rank else 1, cause.rank)
+        return (
+            cause.found.pattern.consequence,
+            order.get(cause.found.pattern.severity, 3),
+            0 if cause.rank == root_rank else 1,
+            cause.rank,
+        )
 
     return sorted(causes, key=key)[:MAX_CAUSES]
 

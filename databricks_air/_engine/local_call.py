@@ -99,8 +99,9 @@ class LocalCall(Call):
         files.write_setup(
             RankSetup(
                 environ=self._common_environ(),
-                rank_environ=[coordinates(r, r, launch.world_size, launch.world_size, 0, 1)
-                              for r in range(launch.world_size)],
+                rank_environ=[
+                    coordinates(r, r, launch.world_size, launch.world_size, 0, 1) for r in range(launch.world_size)
+                ],
                 cwd=launch.cwd,
                 sys_path=list(launch.sys_path),
                 argv=list(launch.argv),
@@ -147,8 +148,15 @@ class LocalCall(Call):
                 launch.on_queued(what)
 
         try:
-            return gpu_leases.take(launch.world_size, launch.environ, launch.gpus, name=launch.name,
-                                   deadline=deadline, on_wait=queued, cancelled=launch.cancelled)
+            return gpu_leases.take(
+                launch.world_size,
+                launch.environ,
+                launch.gpus,
+                name=launch.name,
+                deadline=deadline,
+                on_wait=queued,
+                cancelled=launch.cancelled,
+            )
         except gpu_leases.LeaseTimeout as error:
             raise LocalExecutionTimeoutError(f"{error}; nothing was started. {launch.timeout_note}".strip()) from None
 
@@ -260,8 +268,9 @@ class LocalCall(Call):
     def collectives(self, ranks: Sequence[RankOutcome], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
         return snapshot.ask_all_collectives([self._target(outcome) for outcome in ranks], timeout)
 
-    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
-                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+    def issue_times(
+        self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+    ) -> Dict[int, Optional[Dict[str, Any]]]:
         return snapshot.ask_all_times([self._target(outcome) for outcome in ranks], since, timeout)
 
     def _target(self, outcome: RankOutcome) -> ProbeTarget:
@@ -328,6 +337,7 @@ def _requested_port(value: str) -> int:
         return 0
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise RuntimeConfigurationError(
-            f"MASTER_PORT must be a port number (1-65535), not {value!r}; unset it to let databricks.air pick a free one"
+            f"MASTER_PORT must be a port number (1-65535), not {value!r}; unset it to let databricks.air pick a "
+            f"free one"
         )
     return int(value)

@@ -179,8 +179,12 @@ class RankOutcome:
     def returned_when_stopped(self) -> bool:
         """It returned (or exited 0) only once the launcher had begun stopping it: a SIGTERM handler that saved its
         progress and called ``sys.exit(0)``, say."""
-        return self.succeeded and self.stopped_at is not None and self.record is not None and \
-            self.record.time >= self.stopped_at
+        return (
+            self.succeeded
+            and self.stopped_at is not None
+            and self.record is not None
+            and self.record.time >= self.stopped_at
+        )
 
     @property
     def failed_on_its_own(self) -> bool:

@@ -48,8 +48,10 @@ _kept: List[Any] = []  # the open stack file and the server: alive as long as th
 def wanted(environ: Mapping[str, str]) -> bool:
     """Whether the call (whose variables are ``environ``) may look at its ranks: not when the snapshot, the stall
     watch and the straggler watch are all turned off (``0``)."""
-    return not all(_zero(environ.get(name, "")) for name in
-                   (_variables.SNAPSHOT_SECONDS, _variables.STALL_SECONDS, _variables.STRAGGLER_SECONDS))
+    return not all(
+        _zero(environ.get(name, ""))
+        for name in (_variables.SNAPSHOT_SECONDS, _variables.STALL_SECONDS, _variables.STRAGGLER_SECONDS)
+    )
 
 
 def _zero(value: str) -> bool:
@@ -119,7 +121,7 @@ def answer(request: str) -> Dict[str, Any]:
     """The probe's answer: ``collectives`` always; ``threads`` too unless ``request`` is ``"collectives"``; for
     ``times {since}``, only when each collective after ``since`` was issued (:mod:`.issue_times`)."""
     if request.startswith("times"):
-        return {"time": time.time(), **issue_times.read(issue_times.parse_request(request[len("times"):]))}
+        return {"time": time.time(), **issue_times.read(issue_times.parse_request(request[len("times") :]))}
     reply: Dict[str, Any] = {"time": time.time(), "collectives": collective_positions()}
     if request != "collectives":
         reply["threads"] = thread_stacks()

@@ -14,7 +14,8 @@ attached where noted.
 * caller → server ``{"op": "spawn", "call_dir", "ranks", "exec"}`` + ``[stdout, stderr]`` write ends per rank;
   answered by ``{"op": "spawned", "pids"}``.
 * caller → server ``{"op": "store", "host", "world_size", "port", "timeout"}``: fork a process hosting the
-  rendezvous ``TCPStore`` on ``host`` only (``MASTER_ADDR``); answered by ``{"op": "store", "pid", "port"}`` or ``{"op": "error", "message"}``.
+  rendezvous ``TCPStore`` on ``host`` only (``MASTER_ADDR``); answered by ``{"op": "store", "pid", "port"}`` or
+  ``{"op": "error", "message"}``.
 * caller → server ``{"op": "adopt", "call_dir"}`` (no answer): the server removes that private call directory if
   the caller dies before it could (a SIGKILL skips the caller's own clean-up).
 * server → caller ``{"op": "exit", "pid", "status"}`` whenever a child ends (status as ``Popen.returncode``).
@@ -118,8 +119,11 @@ class RankServer:
                         self._reap(key.fd)
                 if self.children:
                     call_coming = False  # the call's ranks (or its store) run: what comes next is idle time
-                if deferred and not self.children and not call_coming and (
-                    not ready or any(key.data is not None for key, _ in ready)
+                if (
+                    deferred
+                    and not self.children
+                    and not call_coming
+                    and (not ready or any(key.data is not None for key, _ in ready))
                 ):
                     _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
                     self.fork_safe = self.fork_safe and not rank_readers_loaded()
@@ -155,9 +159,7 @@ class RankServer:
                 send(self.control, {"op": "spawned", "pids": pids})
         elif op == "store":
             try:
-                answer = self._start_store(
-                    message["host"], message["world_size"], message["port"], message["timeout"]
-                )
+                answer = self._start_store(message["host"], message["world_size"], message["port"], message["timeout"])
             except OSError as error:  # fork failed
                 answer = {"op": "error", "message": f"cannot start the store process: {error}"}
             send(self.control, answer)
@@ -232,9 +234,7 @@ class RankServer:
                 os.close(fd)
         return pids
 
-    def _fork_rank(
-        self, call_dir: str, rank: int, exec_fresh: bool, out_fd: int, err_fd: int, fds: List[int]
-    ) -> int:
+    def _fork_rank(self, call_dir: str, rank: int, exec_fresh: bool, out_fd: int, err_fd: int, fds: List[int]) -> int:
         """Fork one rank with the given stdout/stderr pipes; ``fds`` are every descriptor of the request."""
         pid = os.fork()
         if pid == 0:
@@ -354,7 +354,9 @@ def deferred_preloads() -> List[str]:
     SQL store (the default store, which a rank's first ``log_metric`` would import: seconds, like MLflow itself)."""
     if switched_off(_variables.MLFLOW):
         return []
-    return ["mlflow", "mlflow.store.tracking.sqlalchemy_store"] if importlib.util.find_spec("sqlalchemy") else ["mlflow"]
+    return (
+        ["mlflow", "mlflow.store.tracking.sqlalchemy_store"] if importlib.util.find_spec("sqlalchemy") else ["mlflow"]
+    )
 
 
 def _import_all(modules: List[str]) -> List[str]:

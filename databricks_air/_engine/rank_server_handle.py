@@ -29,8 +29,20 @@ from databricks.air.exceptions import RuntimeConfigurationError
 # Environment variables read when an interpreter or a native library starts (or, ours, when the server starts);
 # a server started under other values is not reused.
 _STARTUP_VARIABLE_PREFIXES = (
-    "PYTHON", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "MALLOC_", "TORCH_", "PYTORCH_", "CUDA_", "NCCL_",
-    _variables.PRELOAD, _variables.MLFLOW,
+    "PYTHON",
+    "LD_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "OPENBLAS_",
+    "MALLOC_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUDA_",
+    "NCCL_",
+    _variables.PRELOAD,
+    _variables.MLFLOW,
 )
 _START_TIMEOUT_SECONDS = 300.0
 
@@ -359,4 +371,3 @@ class _Pool:
 pool = _Pool()
 atexit.register(pool.close_all, wait=False)
 os.register_at_fork(after_in_child=_forget_servers_in_forked_child)
-

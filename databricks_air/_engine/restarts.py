@@ -34,12 +34,26 @@ from databricks.air.exceptions import DistributedExecutionError, RankExitError
 
 THRASH_SECONDS = 60.0
 
-MACHINE_FAULTS = frozenset({
-    "host-oom-killer", "process-killed", "segmentation-fault", "xid", "gpu-ecc-error",
-    "nccl-watchdog-timeout", "nccl-operations-failed", "nccl-watchdog-stuck", "nccl-system-error",
-    "nccl-remote-error", "nccl-transport-error", "store-clients-timeout", "store-connect-timeout",
-    "store-wait-timeout", "gloo-peer-closed", "gloo-operation-timeout",
-})
+MACHINE_FAULTS = frozenset(
+    {
+        "host-oom-killer",
+        "process-killed",
+        "segmentation-fault",
+        "xid",
+        "gpu-ecc-error",
+        "nccl-watchdog-timeout",
+        "nccl-operations-failed",
+        "nccl-watchdog-stuck",
+        "nccl-system-error",
+        "nccl-remote-error",
+        "nccl-transport-error",
+        "store-clients-timeout",
+        "store-connect-timeout",
+        "store-wait-timeout",
+        "gloo-peer-closed",
+        "gloo-operation-timeout",
+    }
+)
 """Fatal lines (:mod:`databricks.air.log_patterns` ids) that say the machine or a peer failed, not the function."""
 
 FUNCTION_FAULTS = frozenset({"cuda-illegal-memory-access", "cuda-oom", "collective-mismatch"})
@@ -85,7 +99,10 @@ def decide(
         return Restart(attempt, cause, key, False, f"{reason}, but all {max_restarts} restart(s) are used", now)
     if history and history[-1].key == key and now - history[-1].failed_at < THRASH_SECONDS:
         return Restart(
-            attempt, cause, key, False,
+            attempt,
+            cause,
+            key,
+            False,
             f"it failed again for the same cause within {THRASH_SECONDS:.0f} s of restart {attempt}, so it is not "
             "restarted again: the next attempt would end the same way",
             now,
@@ -110,35 +127,56 @@ def _classify(
     patterns = _fatal_pattern_ids(by_rank)
     # A rank killed by a signal explains its peers' lost connections, whichever of them the caller heard of first.
     killed = sorted(
-        (rank, failure.exit_code) for rank, failure in error.failures.items()
+        (rank, failure.exit_code)
+        for rank, failure in error.failures.items()
         if isinstance(failure, RankExitError) and failure.exit_code is not None and failure.exit_code < 0
     )
     if killed:
         rank, code = killed[0]
         guess = " (the kernel's OOM killer?)" if code == -signal.SIGKILL else ""
-        return (f"rank {rank} was {describe_status(code)}{guess}", f"signal:{-code}", True,
-                "a rank was killed by a signal")
+        return (
+            f"rank {rank} was {describe_status(code)}{guess}",
+            f"signal:{-code}",
+            True,
+            "a rank was killed by a signal",
+        )
     function_faults = sorted(patterns & FUNCTION_FAULTS)
     if function_faults:
         title = log_patterns.by_id(function_faults[0]).title
         return f"rank {root}: {title}", f"line:{function_faults[0]}", False, f"{title} is the function's own fault"
     own_name = type(own).__name__ if own is not None else "an error"
     if own is not None and isinstance(own, tuple(restart_on)):
-        return (f"rank {root} raised {own_name}: {own}", f"raised:{own_name}", True,
-                f"{own_name} is named in restart_on")
+        return (
+            f"rank {root} raised {own_name}: {own}",
+            f"raised:{own_name}",
+            True,
+            f"{own_name} is named in restart_on",
+        )
     traceback_text = error.remote_traceback or ""
     if own_name in _DISTRIBUTED_ERRORS or _TORCH_DISTRIBUTED in traceback_text:
-        return (f"rank {root} lost its peers ({own_name}: {_first_line(own)})", f"distributed:{own_name}", True,
-                "a peer, the rendezvous or a collective failed")
+        return (
+            f"rank {root} lost its peers ({own_name}: {_first_line(own)})",
+            f"distributed:{own_name}",
+            True,
+            "a peer, the rendezvous or a collective failed",
+        )
     machine = sorted(patterns & MACHINE_FAULTS)
     if machine:
         title = log_patterns.by_id(machine[0]).title
         return f"rank {root}: {title}", f"line:{machine[0]}", True, f"{title} is the machine's fault"
     if isinstance(own, RankExitError):
-        return (f"rank {root} exited with code {own.exit_code}", f"exit:{own.exit_code}", False,
-                "a rank that exits with an error code of its own is the function's failure")
-    return (f"rank {root} raised {own_name}: {_first_line(own)}", f"raised:{own_name}", False,
-            f"{own_name} came from the function (name it in restart_on=(...) to restart on it)")
+        return (
+            f"rank {root} exited with code {own.exit_code}",
+            f"exit:{own.exit_code}",
+            False,
+            "a rank that exits with an error code of its own is the function's failure",
+        )
+    return (
+        f"rank {root} raised {own_name}: {_first_line(own)}",
+        f"raised:{own_name}",
+        False,
+        f"{own_name} came from the function (name it in restart_on=(...) to restart on it)",
+    )
 
 
 def _fatal_pattern_ids(outcomes: Mapping[int, RankOutcome]) -> set:

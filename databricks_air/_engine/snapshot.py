@@ -138,8 +138,9 @@ def take(targets: Sequence[ProbeTarget], budget: float = DEFAULT_BUDGET) -> Dict
     return snapshots
 
 
-def _in_parallel(targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], Any], deadline: float,
-                 name: str) -> Dict[int, Any]:
+def _in_parallel(
+    targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], Any], deadline: float, name: str
+) -> Dict[int, Any]:
     """``ask(target)`` for every target at once, each on a daemon thread; by rank, what each returned or raised by
     ``deadline`` (``time.monotonic()``). Plain threads, not ``concurrent.futures``: this runs in the caller, whose
     working directory may hold a user's ``concurrent.py`` (see tests/engine/test_lifecycle.py)."""
@@ -151,8 +152,9 @@ def _in_parallel(targets: Sequence[ProbeTarget], ask: Callable[[ProbeTarget], An
         except Exception as error:  # noqa: BLE001 - handed to the caller as the answer
             answers[target.rank] = error
 
-    threads = [threading.Thread(target=run, args=(target,), name=f"{name}-{target.rank}", daemon=True)
-               for target in targets]
+    threads = [
+        threading.Thread(target=run, args=(target,), name=f"{name}-{target.rank}", daemon=True) for target in targets
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -174,8 +176,10 @@ def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
             snapshot.sources["stacks"] = "the rank had already exited"
         else:
             dump = _read_dump(target.stack_path, offset, deadline, target.pid)
-            snapshot.sources["stacks"] = "ok" if dump else (
-                "no stack written in time (the rank may be stopped, or its code replaced the SIGWINCH handler)"
+            snapshot.sources["stacks"] = (
+                "ok"
+                if dump
+                else ("no stack written in time (the rank may be stopped, or its code replaced the SIGWINCH handler)")
             )
     if reply is not None:
         snapshot.groups = parse_groups(reply.get("collectives") or {}, snapshot.sources)
@@ -188,10 +192,13 @@ def take_rank(target: ProbeTarget, deadline: float) -> RankSnapshot:
 
 def ask_all_collectives(targets: Sequence[ProbeTarget], timeout: float) -> Dict[int, Optional[List[GroupPosition]]]:
     """:func:`ask_collectives` of every target, in parallel, by rank (``None`` for a rank that did not answer)."""
-    answers = _in_parallel(targets, lambda target: ask_collectives(target, timeout), time.monotonic() + timeout + 1,
-                           "air-probe")
-    return {target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
-            for target in targets}
+    answers = _in_parallel(
+        targets, lambda target: ask_collectives(target, timeout), time.monotonic() + timeout + 1, "air-probe"
+    )
+    return {
+        target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
+        for target in targets
+    }
 
 
 def ask_collectives(target: ProbeTarget, timeout: float) -> Optional[List[GroupPosition]]:
@@ -200,13 +207,20 @@ def ask_collectives(target: ProbeTarget, timeout: float) -> Optional[List[GroupP
     return None if reply is None else parse_groups(reply.get("collectives") or {}, {})
 
 
-def ask_all_times(targets: Sequence[ProbeTarget], since: Dict[int, Dict[str, int]], timeout: float
-                  ) -> Dict[int, Optional[Dict[str, Any]]]:
+def ask_all_times(
+    targets: Sequence[ProbeTarget], since: Dict[int, Dict[str, int]], timeout: float
+) -> Dict[int, Optional[Dict[str, Any]]]:
     """:func:`ask_times` of every target, in parallel, by rank (``None`` for a rank that did not answer)."""
-    answers = _in_parallel(targets, lambda target: ask_times(target, since.get(target.rank, {}), timeout),
-                           time.monotonic() + timeout + 1, "air-probe")
-    return {target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
-            for target in targets}
+    answers = _in_parallel(
+        targets,
+        lambda target: ask_times(target, since.get(target.rank, {}), timeout),
+        time.monotonic() + timeout + 1,
+        "air-probe",
+    )
+    return {
+        target.rank: None if isinstance(answers.get(target.rank), BaseException) else answers.get(target.rank)
+        for target in targets
+    }
 
 
 def ask_times(target: ProbeTarget, since: Dict[str, int], timeout: float) -> Optional[Dict[str, Any]]:
@@ -229,8 +243,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def _ask_probe(path: str, request: str, deadline: float, sources: Dict[str, str],
-               pid: Optional[int] = None) -> Optional[Dict[str, Any]]:
+def _ask_probe(
+    path: str, request: str, deadline: float, sources: Dict[str, str], pid: Optional[int] = None
+) -> Optional[Dict[str, Any]]:
     started = time.monotonic()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -287,8 +302,11 @@ def parse_groups(collectives: Dict[str, Any], sources: Dict[str, str]) -> List[G
             Collective(int(c["seq"]), str(c["op"]).split(":", 1)[-1], list(c.get("sizes") or []), float(c["since"]))
             for c in group.get("active") or []
         ]
-        groups.append(GroupPosition(str(group_id), str(group.get("name", "")), int(group["enqueued"]),
-                                    int(group["completed"]), active))
+        groups.append(
+            GroupPosition(
+                str(group_id), str(group.get("name", "")), int(group["enqueued"]), int(group["completed"]), active
+            )
+        )
     return groups
 
 
@@ -364,7 +382,7 @@ def _below_the_launcher(frames: List[Frame]) -> List[Frame]:
     """The frames below the rank's own machinery (the rank server, the call of the user's function)."""
     for index in range(len(frames) - 1, -1, -1):
         if frames[index].file == _RANK_MODULE and frames[index].function == "run_function":
-            return frames[index + 1:]
+            return frames[index + 1 :]
     return frames
 
 
@@ -374,7 +392,10 @@ def _is_probe(thread: ThreadStack) -> bool:
 
 
 def _render(snapshot: RankSnapshot, dump: str) -> str:
-    lines = [f"rank {snapshot.rank} (pid {snapshot.pid}), taken at {time.strftime('%H:%M:%S', time.localtime(snapshot.taken_at))}"]
+    lines = [
+        f"rank {snapshot.rank} (pid {snapshot.pid}), "
+        f"taken at {time.strftime('%H:%M:%S', time.localtime(snapshot.taken_at))}"
+    ]
     lines += [f"  {source}: {state}" for source, state in sorted(snapshot.sources.items())]
     for group in snapshot.groups or []:
         pending = group.pending

@@ -104,8 +104,16 @@ class StallWatch:
             if len(set(seen.values())) > 1 and now - max(since for _, _, since in waiters) >= self.stall_seconds:
                 self._reported.add((group_id, seq))
                 group = waiters[0][1]
-                return Stall(group_id, group.label, seq, "", tuple(sorted(waiting_ranks)), (), longest,
-                             diverged=tuple(sorted(seen.items())))
+                return Stall(
+                    group_id,
+                    group.label,
+                    seq,
+                    "",
+                    tuple(sorted(waiting_ranks)),
+                    (),
+                    longest,
+                    diverged=tuple(sorted(seen.items())),
+                )
             behind = tuple(
                 position.rank
                 for position in positions

@@ -95,8 +95,9 @@ def _view(outcome: RankOutcome, snapshot: Optional[RankSnapshot]) -> hang_report
     return hang_report.RankView(outcome.rank, ended=describe_status(outcome.status), raised=raised)
 
 
-def _write(folder: ReportFolder, reason: StopReason, report: hang_report.HangReport,
-           snapshots: Dict[int, RankSnapshot]) -> None:
+def _write(
+    folder: ReportFolder, reason: StopReason, report: hang_report.HangReport, snapshots: Dict[int, RankSnapshot]
+) -> None:
     os.makedirs(folder.path, exist_ok=True)
     with open(folder.summary, "w") as stream:
         stream.write(report.text(SUMMARY.format(reason=reason.value)) + "\n")

@@ -64,8 +64,9 @@ class News:
 class StragglerWatch:
     """The straggler watch of one call's attempt (see the module docstring)."""
 
-    def __init__(self, seconds: float, log_dir: Optional[str], world_size: int,
-                 on_news: Optional[Callable[[News], None]] = None) -> None:
+    def __init__(
+        self, seconds: float, log_dir: Optional[str], world_size: int, on_news: Optional[Callable[[News], None]] = None
+    ) -> None:
         self.seconds = seconds
         self.log_dir = log_dir
         self.world_size = world_size
@@ -104,8 +105,7 @@ class StragglerWatch:
         running = call.running()
         if len(running) < 2:
             return None
-        answers = call.issue_times(running, {o.rank: dict(self._since.get(o.rank, {})) for o in running},
-                                   ASK_SECONDS)
+        answers = call.issue_times(running, {o.rank: dict(self._since.get(o.rank, {})) for o in running}, ASK_SECONDS)
         if not answers:
             return None  # this way of starting ranks cannot tell
         self._looks += 1
@@ -165,15 +165,24 @@ class StragglerWatch:
             ended = next((s for s in reversed(self.stragglers) if s.rank == verdict.ended and s.ended_at is None), None)
             if ended is not None:
                 ended.ended_at = time.time()
-            print(stragglers.ended_line(verdict.ended, window.ranks.get(verdict.ended), window), file=sys.stderr,
-                  flush=True)
+            print(
+                stragglers.ended_line(verdict.ended, window.ranks.get(verdict.ended), window),
+                file=sys.stderr,
+                flush=True,
+            )
         if verdict.named is not None:
             stats = verdict.named
             others = [s for rank, s in window.ranks.items() if rank != stats.rank]
             named = Straggler(
-                rank=stats.rank, op=window.op, collectives=window.collectives, last_fraction=stats.last_fraction,
-                late_seconds=stats.late_seconds, wait_share=stats.wait_share, where=self._where(call, stats.rank),
-                cause=stragglers.cause(stats, others), data_wait_per_step=stats.data_wait_per_step,
+                rank=stats.rank,
+                op=window.op,
+                collectives=window.collectives,
+                last_fraction=stats.last_fraction,
+                late_seconds=stats.late_seconds,
+                wait_share=stats.wait_share,
+                where=self._where(call, stats.rank),
+                cause=stragglers.cause(stats, others),
+                data_wait_per_step=stats.data_wait_per_step,
             )
             self.stragglers.append(named)
             notice(f"{named.describe()}")
@@ -209,9 +218,12 @@ class StragglerWatch:
         content = {
             "interval_seconds": self.seconds,
             "clock": self.clock,
-            "thresholds": {"last_share": stragglers.LAST_SHARE, "late_share_of_interval": stragglers.LATE_SHARE,
-                           "late_floor_seconds": stragglers.LATE_FLOOR,
-                           "min_collectives": stragglers.MIN_COLLECTIVES},
+            "thresholds": {
+                "last_share": stragglers.LAST_SHARE,
+                "late_share_of_interval": stragglers.LATE_SHARE,
+                "late_floor_seconds": stragglers.LATE_FLOOR,
+                "min_collectives": stragglers.MIN_COLLECTIVES,
+            },
             "stragglers": [straggler.as_json() for straggler in self.stragglers],
             "windows": [window.as_json() for window in self.windows[-KEPT_WINDOWS:]],
         }
@@ -235,15 +247,29 @@ def describe_place(snapshot: Optional[RankSnapshot]) -> str:
     frames = snapshot.main_thread.frames
     if place is None:
         call = hang_report.innermost_call(snapshot)
-        return f"not in user code ({call.function} at {hang_report._short(call.file)}:{call.line})" if call else \
-            "not known (no stack)"
-    loader = next((i for i, frame in enumerate(frames) if frame.function == "__next__"
-                   and any(part in frame.file for part in _LOADER_FILES)), None)
-    asker = next((frame for frame in reversed(frames[:loader]) if hang_report.is_user_file(frame.file)), None) \
-        if loader is not None else None
-    index = max((i for i, f in enumerate(frames) if (f.file, f.line, f.function) ==
-                 (place.file, place.line, place.function)), default=len(frames) - 1)
-    deeper = frames[index + 1:]
+        return (
+            f"not in user code ({call.function} at {hang_report._short(call.file)}:{call.line})"
+            if call
+            else "not known (no stack)"
+        )
+    loader = next(
+        (
+            i
+            for i, frame in enumerate(frames)
+            if frame.function == "__next__" and any(part in frame.file for part in _LOADER_FILES)
+        ),
+        None,
+    )
+    asker = (
+        next((frame for frame in reversed(frames[:loader]) if hang_report.is_user_file(frame.file)), None)
+        if loader is not None
+        else None
+    )
+    index = max(
+        (i for i, f in enumerate(frames) if (f.file, f.line, f.function) == (place.file, place.line, place.function)),
+        default=len(frames) - 1,
+    )
+    deeper = frames[index + 1 :]
     what = hang_report._called(place, deeper[-1].function if deeper else None)
     if loader is None or asker is None:
         return f"{hang_report._short(place.file)}:{place.line} ({what})"

@@ -141,8 +141,12 @@ class Window:
         return max(LATE_FLOOR, LATE_SHARE * self.median_interval)
 
 
-def window(number: int, collectives: Sequence[Issued], data_before: Mapping[int, Optional[DataWait]],
-           data_now: Mapping[int, Optional[DataWait]]) -> Window:
+def window(
+    number: int,
+    collectives: Sequence[Issued],
+    data_before: Mapping[int, Optional[DataWait]],
+    data_now: Mapping[int, Optional[DataWait]],
+) -> Window:
     """The statistics of ``collectives`` (each issued by every rank of its group); ``data_before``/``data_now``:
     each rank's total wait for data at the window's start and end (``None``: not in our DataLoader)."""
     ranks: Dict[int, RankStats] = {}
@@ -250,8 +254,10 @@ class Straggler:
 
     def clause(self) -> str:
         """One clause for the call's closing line."""
-        return (f"rank {self.rank} was a straggler (last into {_percent(self.last_fraction)} of "
-                f"{_plural(self.op)}, {self.late_seconds:.2f} s late)")
+        return (
+            f"rank {self.rank} was a straggler (last into {_percent(self.last_fraction)} of "
+            f"{_plural(self.op)}, {self.late_seconds:.2f} s late)"
+        )
 
     def as_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -302,8 +308,11 @@ class Judge:
 
 
 def _names(window: Window, stats: RankStats) -> bool:
-    return (window.collectives >= MIN_COLLECTIVES and stats.last_fraction >= LAST_SHARE
-            and stats.late_seconds >= window.late_enough())
+    return (
+        window.collectives >= MIN_COLLECTIVES
+        and stats.last_fraction >= LAST_SHARE
+        and stats.late_seconds >= window.late_enough()
+    )
 
 
 def _keeps(window: Window, stats: RankStats) -> bool:
@@ -314,8 +323,10 @@ def ended_line(rank: int, stats: Optional[RankStats], window: Window) -> str:
     """The line that says a named straggler no longer is one."""
     if stats is None or not stats.collectives:
         return PREFIX + f"rank {rank} is no longer a straggler"
-    return (PREFIX + f"rank {rank} is no longer a straggler (last into {_percent(stats.last_fraction)} of "
-            f"{_count(window.collectives, window.op)}, {stats.late_seconds:.2f} s late)")
+    return (
+        PREFIX + f"rank {rank} is no longer a straggler (last into {_percent(stats.last_fraction)} of "
+        f"{_count(window.collectives, window.op)}, {stats.late_seconds:.2f} s late)"
+    )
 
 
 def _percent(share: float) -> str:

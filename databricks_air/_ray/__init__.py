@@ -1,7 +1,8 @@
 """Ray: the machinery behind ``remote=True``, ``ray_init`` and ``ray_launch``, and the one Ray layer that the
 workload command's Ray backend uses too.
 
-Ray is optional (the ``ray`` extra: ``pip install ".[ray]"`` in a checkout); nothing here is imported until a Ray feature is used.
+Ray is optional (the ``ray`` extra: ``pip install ".[ray]"`` in a checkout); nothing here is imported until a Ray
+feature is used.
 The layer: the cluster connection (:mod:`.session`, :mod:`.require`), what a unit of work reserves and what the
 cluster has (:mod:`.resources`), placement groups with a strategy and one actor per bundle (:mod:`.placement`), the
 polls that bring the hosts' news and find lost hosts (:mod:`.host_polls`), and what of the caller's environment

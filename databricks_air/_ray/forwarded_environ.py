@@ -24,9 +24,9 @@ def forwarded_environ(environ: Dict[str, str], cwd: str) -> Dict[str, str]:
 def absolute_store(uri: str, cwd: str) -> str:
     """A local MLflow store named relative to the caller's directory, named absolutely."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///"):])
+        return "sqlite:///" + os.path.join(cwd, uri[len("sqlite:///") :])
     if uri.startswith("file:") and not uri.startswith("file:/"):
-        return "file:" + os.path.join(cwd, uri[len("file:"):])
+        return "file:" + os.path.join(cwd, uri[len("file:") :])
     if ":" not in uri and uri not in NAMED_STORES and not os.path.isabs(uri):
         return os.path.join(cwd, uri)
     return uri

@@ -165,19 +165,39 @@ class RayNode:
             assert head_ip is not None
             node_ip, port = head_ip, free_port(head_ip)
             address = f"{head_ip}:{port}"
-            role = ["--head", f"--port={port}", f"--ray-client-server-port={free_port(head_ip)}",
-                    f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}", f"--dashboard-port={free_port()}"]
+            role = [
+                "--head",
+                f"--port={port}",
+                f"--ray-client-server-port={free_port(head_ip)}",
+                f"--dashboard-host={session.LOCAL_DASHBOARD_HOST}",
+                f"--dashboard-port={free_port()}",
+            ]
         else:
             node_ip, address = _own_ip(join), join
             role = [f"--address={join}"]
         ports = [f"--dashboard-agent-listen-port={free_port(node_ip)}", f"--metrics-export-port={free_port(node_ip)}"]
         if join is not None and _joins_over_loopback(join):
-            command = [sys.executable, "-m", loopback_node.__name__, f"--address={join}",
-                       f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", *ports]
+            command = [
+                sys.executable,
+                "-m",
+                loopback_node.__name__,
+                f"--address={join}",
+                f"--node-ip-address={node_ip}",
+                f"--temp-dir={temp_dir}",
+                *ports,
+            ]
         else:
             command = [
-                sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block",
-                f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}", "--disable-usage-stats", *ports, *role,
+                sys.executable,
+                "-c",
+                "from ray.scripts.scripts import main; main()",
+                "start",
+                "--block",
+                f"--node-ip-address={node_ip}",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+                *ports,
+                *role,
             ]
         environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
@@ -254,4 +274,3 @@ def _own_ip(head_address: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((host, int(port)))
         return str(probe.getsockname()[0])
-

@@ -77,7 +77,11 @@ class RayCall(Call):
 
     def start_hosts(self, deadline: Optional[float]) -> None:
         for host in placement.start_actors(
-            self.ray, RankHost, self.group, self.bundle, self.request.count,
+            self.ray,
+            RankHost,
+            self.group,
+            self.bundle,
+            self.request.count,
             max_concurrency=3,  # a stop, or a look at the rank (a snapshot), must not wait behind a poll
             # Merged into the job's runtime_env; the caller has shown the Beta notice already.
             runtime_env={"env_vars": {_variables.BETA_NOTICE_SHOWN: "1"}},
@@ -190,8 +194,9 @@ class RayCall(Call):
         answers = self._answers(asked, timeout + 1.0)
         return {rank: answer if isinstance(answer, list) else None for rank, answer in answers.items()}
 
-    def issue_times(self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
-                    ) -> Dict[int, Optional[Dict[str, Any]]]:
+    def issue_times(
+        self, ranks: Sequence[RankOutcome], since: Dict[int, Dict[str, int]], timeout: float
+    ) -> Dict[int, Optional[Dict[str, Any]]]:
         """As on this machine, asked by each rank's host on its node; each answer says how far the rank's clock is
         from the caller's (``clock_offset``), measured at the first look (:mod:`~databricks.air._ray.clock_offsets`)."""
         if self.clocks is None:
@@ -217,7 +222,9 @@ class RayCall(Call):
             try:
                 answers[rank] = self.ray.get(ref)
             except self.ray.exceptions.RayError as error:
-                answers[rank] = f"its host failed: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
+                answers[rank] = (
+                    f"its host failed: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
+                )
         return answers
 
     # --- stopping and ending -------------------------------------------------------------------------------------

@@ -49,7 +49,9 @@ def ray_names(model: Optional[GPUType]) -> Tuple[str, ...]:
 
 
 def accelerator_resource(
-    model: Optional[GPUType], alive_nodes: Sequence[Node], max_resources: Mapping[str, float],
+    model: Optional[GPUType],
+    alive_nodes: Sequence[Node],
+    max_resources: Mapping[str, float],
     weight: Callable[[Node], int],
 ) -> Optional[str]:
     """Ray's accelerator-type resource for GPUs of ``model`` on this cluster, or ``None`` where it has none.
@@ -59,8 +61,9 @@ def accelerator_resource(
     """
     names = ray_names(model)
     weights = {
-        name: sum(weight(node) for node in alive_nodes
-                  if node.get("Resources", {}).get(ACCELERATOR_RESOURCE_PREFIX + name))
+        name: sum(
+            weight(node) for node in alive_nodes if node.get("Resources", {}).get(ACCELERATOR_RESOURCE_PREFIX + name)
+        )
         for name in names
     }
     present = [name for name in names if weights[name]]

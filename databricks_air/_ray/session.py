@@ -7,7 +7,8 @@ job's ``runtime_env`` ``working_dir`` (so ``import my_module`` works in ranks on
 dashboard accepts job submissions, which run code, from whoever can reach it), a Ray instance it starts on this
 machine (no address given) listens on 127.0.0.1 only and keeps its files in a folder only this user can enter
 (Ray's GCS, raylet and workers take requests from whoever reaches them, and its session folders are 0777), and the
-dashboard's address is shown once, as a link in Jupyter. A remote call in a process that is not connected yet connects to ``RAY_ADDRESS`` the same
+dashboard's address is shown once, as a link in Jupyter. A remote call in a process that is not connected yet
+connects to ``RAY_ADDRESS`` the same
 way; an address that does not answer fails at once, instead of after Ray's retries of several minutes.
 """
 
@@ -64,8 +65,10 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
             ) from error
         raise
     if working_dir:
-        notice(f"the working directory {working_dir} goes to every node of the Ray cluster (pass "
-              'runtime_env={"working_dir": None} to ray_init to ship nothing)')
+        notice(
+            f"the working directory {working_dir} goes to every node of the Ray cluster (pass "
+            'runtime_env={"working_dir": None} to ray_init to ship nothing)'
+        )
     show_dashboard(getattr(context, "dashboard_url", None))
     return context
 
@@ -158,7 +161,7 @@ def _host_and_port(address: str) -> Optional[Tuple[str, int]]:
     """``(host, port)`` of ``host:port`` or ``ray://host:port``; ``None`` for ``auto``, ``local`` and the like."""
     rest = address.strip()
     if rest.startswith(_CLIENT_SCHEME):
-        rest = rest[len(_CLIENT_SCHEME):]
+        rest = rest[len(_CLIENT_SCHEME) :]
     rest = rest.split("/", 1)[0]
     host, separator, port = rest.rpartition(":")
     if not separator or not port.isdigit() or not host:

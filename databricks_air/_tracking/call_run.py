@@ -139,15 +139,15 @@ class CallRun:
             parent_run_id = active.info.run_id if active is not None else None
         registry_uri = mlflow.get_registry_uri()
         if deadline is not None and time.monotonic() >= deadline:  # nothing left for the store: no run at all
-            raise _set_up_timeout(name, timeout, f"MLflow's import took {_since(began)}, and no time was left to "
-                                  "make the run")
+            raise _set_up_timeout(
+                name, timeout, f"MLflow's import took {_since(began)}, and no time was left to make the run"
+            )
         opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline)
         try:
             with progress.transient(_creating_store_note(uri)):
                 opened = opening.result(deadline)
         except KeyboardInterrupt:
-            raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") \
-                from None
+            raise KeyboardInterrupt(f"interrupted while opening the MLflow run in {uri}; no rank was started") from None
         if opened is None:
             raise _set_up_timeout(name, timeout, f"the MLflow store at {uri} did not answer within {_since(began)}")
         if started is not None:
@@ -334,8 +334,9 @@ class CallRun:
         name = os.path.basename(report.folder)
         artifact_path = "snapshot" if name == SNAPSHOT else f"snapshot/{name}"
         self.client.log_artifacts(self.run_id, report.folder, artifact_path=artifact_path)
-        self.client.set_tag(self.run_id, "databricks.air.suspect_ranks",
-                            ",".join(str(rank) for rank in report.suspects) or "none")
+        self.client.set_tag(
+            self.run_id, "databricks.air.suspect_ranks", ",".join(str(rank) for rank in report.suspects) or "none"
+        )
 
     def keep_restart(self, decision: Any, log_dir: str) -> None:
         """A restart of the call (a :class:`~databricks.air._engine.restarts.Restart`): the failed attempt's logs
@@ -346,8 +347,9 @@ class CallRun:
             if os.path.isdir(kept):
                 self.client.log_artifacts(self.run_id, kept, artifact_path=f"logs/attempt_{decision.attempt}")
             self.client.set_tag(self.run_id, "databricks.air.restarts", str(number))
-            self.client.set_tag(self.run_id, f"databricks.air.restart_{number}",
-                                f"{decision.cause}: {decision.why}"[:_TAG_LIMIT])
+            self.client.set_tag(
+                self.run_id, f"databricks.air.restart_{number}", f"{decision.cause}: {decision.why}"[:_TAG_LIMIT]
+            )
             self.client.log_metric(self.run_id, "restarts", number, step=number)
         except Exception as error:  # noqa: BLE001 - the store's trouble must not stop the restart
             notice(f"could not record restart {number} in the MLflow run: {error}")
@@ -433,9 +435,12 @@ def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
                 if not caller or not caller_gone(caller):
                     continue
                 pid = caller.split(":", 1)[0]
-                client.set_tag(run.info.run_id, "databricks.air.failure",
-                               f"its caller (pid {pid} on {host}) ended without ending the run (killed?); ended "
-                               "as KILLED by a later call")
+                client.set_tag(
+                    run.info.run_id,
+                    "databricks.air.failure",
+                    f"its caller (pid {pid} on {host}) ended without ending the run (killed?); ended "
+                    "as KILLED by a later call",
+                )
                 client.set_terminated(run.info.run_id, "KILLED")
                 ended.append(run.info.run_id)
     except Exception:  # noqa: BLE001 - a store that is busy or cannot search: the next call tries again
@@ -451,7 +456,7 @@ def _process_start(pid: int) -> Optional[str]:
             stat = stream.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # the command name, in parentheses, may hold spaces
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name, in parentheses, may hold spaces
     return fields[19].decode() if len(fields) > 19 else None
 
 
@@ -494,16 +499,27 @@ class _DeadlinePassed(Exception):
 class _Opening:
     """A call's run being made on a thread of its own (:meth:`CallRun.open`), which the call may give up on."""
 
-    def __init__(self, cls: Any, mlflow: Any, uri: str, name: str, params: Dict[str, Any],
-                 parent_run_id: Optional[str], registry_uri: Optional[str], deadline: Optional[float]) -> None:
+    def __init__(
+        self,
+        cls: Any,
+        mlflow: Any,
+        uri: str,
+        name: str,
+        params: Dict[str, Any],
+        parent_run_id: Optional[str],
+        registry_uri: Optional[str],
+        deadline: Optional[float],
+    ) -> None:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._run: Optional[CallRun] = None
         self._error: Optional[BaseException] = None
         self._abandoned: Optional[str] = None  # the status a run made after the call gave up on it ends with
         self._thread = threading.Thread(
-            target=self._make, args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline),
-            name="databricks.air MLflow run", daemon=True,
+            target=self._make,
+            args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline),
+            name="databricks.air MLflow run",
+            daemon=True,
         )
         self._thread.start()
 
@@ -544,9 +560,11 @@ def _end_abandoned(run: "CallRun", status: str) -> None:
     why = "its timeout passed" if status == "FAILED" else "it was interrupted"
     try:
         with quiet.quiet():
-            run.client.set_tag(run.run_id, "databricks.air.failure",
-                               f"the call stopped waiting for its MLflow run ({why}) before the store made it; no "
-                               "rank was started")
+            run.client.set_tag(
+                run.run_id,
+                "databricks.air.failure",
+                f"the call stopped waiting for its MLflow run ({why}) before the store made it; no rank was started",
+            )
             run.client.set_terminated(run.run_id, status)
     except Exception:  # noqa: BLE001 - the sweep of orphaned runs ends it once this caller is gone
         pass
@@ -639,4 +657,3 @@ def notebook_or_script_name() -> Optional[str]:
     if main_file and not _notebook.in_jupyter_kernel():
         return os.path.splitext(os.path.basename(main_file))[0] or None
     return None
-

@@ -85,8 +85,10 @@ class MetricBuffer:
                 self._flushes.wait(0.5)
         left = len(self._points)
         if left and final:
-            notice(f"{left} metric point(s) could not be written to MLflow run {self.run_id} "
-                f"(see the error above); they are lost")
+            notice(
+                f"{left} metric point(s) could not be written to MLflow run {self.run_id} "
+                f"(see the error above); they are lost"
+            )
 
     # --- the writer ---------------------------------------------------------------------------------------------
 
@@ -146,8 +148,10 @@ class MetricBuffer:
 
     def _say(self, error: BaseException) -> None:
         if not self._failed_before:  # once per outage, not once a second
-            notice(f"could not write {len(self._points)} metric point(s) to MLflow run {self.run_id} "
-                f"({type(error).__name__}: {error}); they are kept and written again")
+            notice(
+                f"could not write {len(self._points)} metric point(s) to MLflow run {self.run_id} "
+                f"({type(error).__name__}: {error}); they are kept and written again"
+            )
         self._failed_before = True
 
 

@@ -192,7 +192,9 @@ def _mlflow_must_resume(fluent: types.ModuleType, log_system_metrics: Optional[b
     return chosen is not None and chosen != _call_experiment_id
 
 
-def _update_run(fluent: types.ModuleType, name: Optional[str], tags: Optional[dict], description: Optional[str]) -> None:
+def _update_run(
+    fluent: types.ModuleType, name: Optional[str], tags: Optional[dict], description: Optional[str]
+) -> None:
     """What ``start_run(run_id=...)`` changes on a resumed run: its name, tags and description."""
     tags = dict(tags or {})
     if description:

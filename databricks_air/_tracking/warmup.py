@@ -225,7 +225,7 @@ def sqlite_path(uri: str) -> Optional[str]:
     """The database file of a ``sqlite:///`` URI (absolute), or ``None`` for another store or an in-memory one."""
     if not uri.startswith("sqlite:///"):
         return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
     if path in ("", ":memory:"):
         return None
     return os.path.abspath(path)
@@ -251,7 +251,7 @@ def make_store_once(mlflow: Any, uri: str) -> None:
     from databricks.air._engine.user_folder import user_folder
     from databricks.air.exceptions import RuntimeConfigurationError
 
-    database = os.path.abspath(uri[len("sqlite:///"):])
+    database = os.path.abspath(uri[len("sqlite:///") :])
     lock_path = os.path.join(user_folder("stores"), hashlib.sha256(database.encode()).hexdigest()[:32] + ".lock")
     with _stores_lock, open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

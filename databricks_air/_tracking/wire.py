@@ -49,8 +49,7 @@ class RankSender:
                 answer = self._send(run_id, [(m.key, m.value, m.timestamp, m.step) for m in metrics], now)
             except (OSError, EOFError) as error:
                 self._unreachable = True  # the caller is gone (or far): from now on, this rank writes
-                notice(f"the call's metrics writer cannot be reached ({error!r}); this rank writes "
-                      "its metrics itself")
+                notice(f"the call's metrics writer cannot be reached ({error!r}); this rank writes its metrics itself")
             else:
                 if answer != OK:
                     raise RuntimeError(answer[1:].decode(errors="replace"))

@@ -50,6 +50,7 @@ from databricks.air._notices import notice
 
 _RETRY_SECONDS = 1.0  # a store that refused a batch is not asked again sooner
 
+
 class MetricsWriter:
     """Listens for the ranks of one call and writes their batches into the call's run, put together."""
 
@@ -135,8 +136,9 @@ class MetricsWriter:
             if self._closed:
                 connection.close()
                 return
-            threading.Thread(target=self._serve, args=(connection,), name="databricks.air metrics reader",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(connection,), name="databricks.air metrics reader", daemon=True
+            ).start()
 
     def _serve(self, connection: Connection) -> None:
         from mlflow.entities import Metric
@@ -185,8 +187,10 @@ class MetricsWriter:
             kept = self._write_batches(batches, attempts=3 if closing else 1)
             if closing:
                 if kept:
-                    notice(f"{sum(len(b.metrics) for b in kept)} metric point(s) the ranks logged could "
-                        f"not be written to MLflow run {self.run_id} (see the error above); they are lost")
+                    notice(
+                        f"{sum(len(b.metrics) for b in kept)} metric point(s) the ranks logged could "
+                        f"not be written to MLflow run {self.run_id} (see the error above); they are lost"
+                    )
                 return
             if kept:
                 with self._changed:
@@ -204,14 +208,17 @@ class MetricsWriter:
                 self._failed_before = False
             elif not self._failed_before:  # once per outage
                 self._failed_before = True
-                notice(f"could not write the ranks' metrics to MLflow run {self.run_id} "
-                      f"({type(error).__name__}: {error}); they are kept and written again")
+                notice(
+                    f"could not write the ranks' metrics to MLflow run {self.run_id} "
+                    f"({type(error).__name__}: {error}); they are kept and written again"
+                )
             for batch in chunk:
                 if error is not None and not batch.waited_for:
                     kept.append(batch)
                     continue
-                batch.answer = OK if error is None else FAILED + f"{type(error).__name__}: {error}".encode(
-                    errors="replace")
+                batch.answer = (
+                    OK if error is None else FAILED + f"{type(error).__name__}: {error}".encode(errors="replace")
+                )
                 batch.done.set()
         return kept
 

@@ -148,11 +148,7 @@ class FileCache:
             except OSError:
                 return None
             generation = generation_at(counters, 8)[0]  # read before the lstat: a removal after it changes it again
-            if (
-                generations[index] == generation
-                and mtimes[index] == info.st_mtime_ns
-                and sizes[index] == info.st_size
-            ):
+            if generations[index] == generation and mtimes[index] == info.st_mtime_ns and sizes[index] == info.st_size:
                 return copies + relative
             try:
                 cached = lstat(copies + relative)  # a copy is a regular file this cache made: nothing to follow

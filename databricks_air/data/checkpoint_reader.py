@@ -122,7 +122,9 @@ class UCVolumeReader(FileSystemReader):
         with open(path, "rb") as stream:
             for item in items:
                 info = self.storage_data[item.storage_index]
-                window = cast(IO[bytes], _FileWindow(stream, info.offset, info.length, verifier))  # (torch asks for an IO)
+                window = cast(
+                    IO[bytes], _FileWindow(stream, info.offset, info.length, verifier)
+                )  # (torch asks for an IO)
                 try:
                     view = self.transforms.transform_load_stream(item, info.transform_descriptors or (), window)
                     if item.type == LoadItemType.BYTE_IO:
@@ -212,10 +214,10 @@ class _FileWindow(io.RawIOBase):
         while done < want:
             # Read up to the next block boundary of the file, so each full block can be checked as it lands.
             step = min(want - done, block_size - (start + done) % block_size)
-            got = self._stream.readinto(target[done:done + step]) or 0
+            got = self._stream.readinto(target[done : done + step]) or 0
             if got == 0:
                 break
-            checks += self._verifier.absorb(start + done, target[done:done + got])
+            checks += self._verifier.absorb(start + done, target[done : done + got])
             done += got
         for check in checks:
             check.result()

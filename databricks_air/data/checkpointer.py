@@ -117,7 +117,12 @@ class Checkpointer:
     # -- save ---------------------------------------------------------------------------------------------------
 
     def save(
-        self, step: int, *, model: Optional[torch.nn.Module] = None, optimizer: Any = None, loader: Any = None,
+        self,
+        step: int,
+        *,
+        model: Optional[torch.nn.Module] = None,
+        optimizer: Any = None,
+        loader: Any = None,
         **extra: Any,
     ) -> Path:
         """Save the checkpoint of ``step``; every rank calls it. Returns its folder, complete.
@@ -192,8 +197,13 @@ class Checkpointer:
     # -- restore ------------------------------------------------------------------------------------------------
 
     def restore(
-        self, *, model: Optional[torch.nn.Module] = None, optimizer: Any = None, loader: Any = None,
-        on_world_size_change: str = "raise", **extra: Any,
+        self,
+        *,
+        model: Optional[torch.nn.Module] = None,
+        optimizer: Any = None,
+        loader: Any = None,
+        on_world_size_change: str = "raise",
+        **extra: Any,
     ) -> Optional[int]:
         """Restore the newest complete checkpoint into the objects given; every rank calls it. Returns its step, or
         ``None`` when there is none.
@@ -226,7 +236,7 @@ class Checkpointer:
             if isinstance(keys, str):
                 self._skip(folder, keys)
                 continue
-            positions = sorted(int(key[len(_LOADER):]) for key in keys if key.startswith(_LOADER))
+            positions = sorted(int(key[len(_LOADER) :]) for key in keys if key.startswith(_LOADER))
             same_world = positions == list(range(world_size))
             state = _template(folder, keys, model, optimizer, loader, extra, rank if same_world else 0)
             try:
@@ -253,8 +263,15 @@ class Checkpointer:
             _log.warning("Checkpointer: skipped %s: %s", folder, reason)
 
     def _apply(
-        self, state: Dict[str, Any], folder: Path, model: Any, optimizer: Any, loader: Any, extra: Dict[str, Any],
-        same_world: bool, rule: str,
+        self,
+        state: Dict[str, Any],
+        folder: Path,
+        model: Any,
+        optimizer: Any,
+        loader: Any,
+        extra: Dict[str, Any],
+        same_world: bool,
+        rule: str,
     ) -> int:
         """Hand the loaded state to the objects; the loader last, if its world size allows."""
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
@@ -321,7 +338,13 @@ def _note_for_the_launcher(step: int, folder: Path) -> None:
 
 
 def _template(
-    folder: Path, keys: List[str], model: Any, optimizer: Any, loader: Any, extra: Dict[str, Any], loader_rank: int,
+    folder: Path,
+    keys: List[str],
+    model: Any,
+    optimizer: Any,
+    loader: Any,
+    extra: Dict[str, Any],
+    loader_rank: int,
 ) -> Dict[str, Any]:
     """What ``dcp.load`` fills: the current state of each object asked for, once the checkpoint is known to hold it."""
     if _RECORD not in keys:
@@ -396,8 +419,11 @@ def _step_folders(root: Path) -> List[Tuple[int, Path]]:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return []
-    found = [(int(match.group(1)), Path(entry.path)) for entry in entries
-             if (match := _FOLDER.fullmatch(entry.name)) and entry.is_dir()]
+    found = [
+        (int(match.group(1)), Path(entry.path))
+        for entry in entries
+        if (match := _FOLDER.fullmatch(entry.name)) and entry.is_dir()
+    ]
     return sorted(found, reverse=True)
 
 

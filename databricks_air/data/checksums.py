@@ -75,7 +75,7 @@ class BlockChecksums:
                 pending.append(self._current)
                 self._current, self._filled = 0, 0
         while size - offset >= block_size:
-            block = data[offset:offset + block_size]
+            block = data[offset : offset + block_size]
             pending.append(pool.submit(crc32, block) if pool is not None else crc32(block))
             offset += block_size
         if offset < size:
@@ -181,7 +181,7 @@ class FileVerifier:
             block_end = min(begin + block_size, size)
             low, high = max(start, begin), min(end, block_end)
             if block not in self._verified and high > low:
-                view = data[low - start:high - start]
+                view = data[low - start : high - start]
                 if low == begin and high == block_end:
                     hashing.append(_helper().submit(self._check_block, block, view))
                 elif high - low >= _PIECE_BYTES:

@@ -88,8 +88,9 @@ class EpochCursor:
     def published(self, layout: Layout) -> Pass:
         """In a worker of the DataLoader: the pass the main process began last, read from the control block."""
         control = self._control
-        return Pass(control.get("pass_id"), control.get("epoch"), control.get("start"), self.generation, layout,
-                    control)
+        return Pass(
+            control.get("pass_id"), control.get("epoch"), control.get("start"), self.generation, layout, control
+        )
 
     def unpublished(self, layout: Layout) -> Pass:
         """A pass from this copy's own position, that nobody publishes or releases (a plain torch DataLoader's

@@ -124,9 +124,19 @@ class UCVolumeDataset(IterableDataset):
         filesystem: Optional[VolumeFileSystem] = None,
     ) -> None:
         super().__init__()
-        _check_arguments(path, equalize=equalize, cache=cache, on_error=on_error, seed=seed, io_threads=io_threads,
-                         batch_size=batch_size, cache_limit_bytes=cache_limit_bytes, min_free_bytes=min_free_bytes,
-                         rank=rank, world_size=world_size)
+        _check_arguments(
+            path,
+            equalize=equalize,
+            cache=cache,
+            on_error=on_error,
+            seed=seed,
+            io_threads=io_threads,
+            batch_size=batch_size,
+            cache_limit_bytes=cache_limit_bytes,
+            min_free_bytes=min_free_bytes,
+            rank=rank,
+            world_size=world_size,
+        )
         self.path = os.path.abspath(os.fspath(path))
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -160,8 +170,9 @@ class UCVolumeDataset(IterableDataset):
         self._batching = Batching(batch_size=batch_size or 1, drop_last=False, num_workers=0, prefetch_factor=0)
         self._managed = False  # a DataLoader of ours begins the passes (see _attach_loader)
         self._cursor = EpochCursor()
-        self._storage = LocalStorage(cache_root, limit_bytes=cache_limit_bytes, min_free_bytes=min_free_bytes,
-                                     filesystem=filesystem, retry=retry)
+        self._storage = LocalStorage(
+            cache_root, limit_bytes=cache_limit_bytes, min_free_bytes=min_free_bytes, filesystem=filesystem, retry=retry
+        )
         self._skip_log: List[str] = []  # skipped in this process since the DataLoader last collected them
         self._last_share: Optional[Tuple[Any, Tuple[int, ...]]] = None
 
@@ -341,14 +352,22 @@ class UCVolumeDataset(IterableDataset):
             idle = ", ".join(str(w) for w in range(batches, workers))
             _log.warning(
                 "UCVolumeDataset: rank %d has %d file(s) this epoch, %d batch(es) of %d, for %d workers: worker(s) "
-                "%s get no files. Fewer workers would do the same work.", layout.rank, layout.share, batches,
-                layout.batch_size, workers, idle,
+                "%s get no files. Fewer workers would do the same work.",
+                layout.rank,
+                layout.share,
+                batches,
+                layout.batch_size,
+                workers,
+                idle,
             )
         if self.equalize == "drop" and layout.rank == 0:
             dropped = self.dropped_files(current.epoch)
             if dropped:
-                _log.warning("UCVolumeDataset: equalize='drop' leaves out %d file(s) this epoch: %s", len(dropped),
-                             ", ".join(dropped[:10]) + (" ..." if len(dropped) > 10 else ""))
+                _log.warning(
+                    "UCVolumeDataset: equalize='drop' leaves out %d file(s) this epoch: %s",
+                    len(dropped),
+                    ", ".join(dropped[:10]) + (" ..." if len(dropped) > 10 else ""),
+                )
 
     # -- helpers ----------------------------------------------------------------------------------------------
 
@@ -356,8 +375,7 @@ class UCVolumeDataset(IterableDataset):
         """This rank's layout, for the rank and world size given (default: as known now)."""
         rank, world = rank_and_world or self._rank.now()
         batching = self._batching
-        return plan.Layout.of(self.listing.count, rank, world, self.equalize, batching.batch_size,
-                              batching.drop_last)
+        return plan.Layout.of(self.listing.count, rank, world, self.equalize, batching.batch_size, batching.drop_last)
 
     def _order(self, epoch: int) -> List[int]:
         return plan.epoch_order(self.listing.count, self.listing.fingerprint, self.seed, epoch, self.shuffle)

@@ -13,8 +13,25 @@ from typing import Dict, List, Optional, Tuple
 __all__ = ["VolumeFileSystem"]
 
 # Mounts whose reads cross a network or a user-space daemon: copying their files to local disk pays off.
-_REMOTE_TYPES = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs", "s3fs", "gcsfuse",
-                 "alluxio", "beegfs", "davfs", "sshfs", "virtiofs")
+_REMOTE_TYPES = (
+    "fuse",
+    "nfs",
+    "cifs",
+    "smb",
+    "9p",
+    "ceph",
+    "glusterfs",
+    "lustre",
+    "gpfs",
+    "afs",
+    "s3fs",
+    "gcsfuse",
+    "alluxio",
+    "beegfs",
+    "davfs",
+    "sshfs",
+    "virtiofs",
+)
 _REMOTE_PREFIXES = ("/Volumes/", "/dbfs/")
 
 
@@ -73,7 +90,7 @@ def _copy_descriptors(reader: int, writer: int) -> None:
             return
         view = memoryview(chunk)
         while view:
-            view = view[os.write(writer, view):]
+            view = view[os.write(writer, view) :]
         want = _CHUNK
 
 

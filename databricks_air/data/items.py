@@ -28,11 +28,11 @@ def in_flight(listing: Listing, share: Sequence[int], current: Pass, window: int
 
     def pins() -> Optional[Set[str]]:
         if control is None:
-            return {listing.files[i] for i in share[current.start:]}
+            return {listing.files[i] for i in share[current.start :]}
         if control.get("pass_id") != pass_id:
             return None
         first = max(control.get("released"), 0)
-        return {listing.files[i] for i in share[first:first + window]}
+        return {listing.files[i] for i in share[first : first + window]}
 
     return pins
 

@@ -199,7 +199,9 @@ class DataLoader(torch.utils.data.DataLoader):
             self._cursor.skip(*envelope.skipped)
             _log.warning(
                 "DataLoader: worker %d could not read %s and filled the slot(s) with another file (on_error='skip'; "
-                "recorded in state_dict()['skipped'])", envelope.worker_id, ", ".join(envelope.skipped),
+                "recorded in state_dict()['skipped'])",
+                envelope.worker_id,
+                ", ".join(envelope.skipped),
             )
         if envelope.dataset_state is not None:
             self._per_worker[envelope.worker_id] = envelope.dataset_state

@@ -60,8 +60,14 @@ def call_with_retries(operation: Callable[[], T], what: str, policy: RetryPolicy
             if not is_worth_retrying(error) or attempt == policy.attempts or elapsed + delay > policy.total_seconds:
                 error.attempts, error.seconds = attempt, elapsed  # type: ignore[attr-defined]
                 raise
-            _log.warning("%s failed (%s); trying again in %.2f s (attempt %d of %d)", what, error, delay, attempt,
-                         policy.attempts)
+            _log.warning(
+                "%s failed (%s); trying again in %.2f s (attempt %d of %d)",
+                what,
+                error,
+                delay,
+                attempt,
+                policy.attempts,
+            )
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")  # the loop either returns or raises

@@ -124,7 +124,7 @@ def _copy_out(fd: int, name: str) -> None:
                 break
             view = memoryview(chunk)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
             offset += len(chunk)
         os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
     except BaseException:

@@ -50,8 +50,14 @@ class TrackedAttempt:
         self._uploader: Optional[threading.Thread] = None
 
     @classmethod
-    def open(cls, spec: RunSpec, attempt: int, artifacts: List[str], log_paths: List[str],
-             previous_run_id: Optional[str] = None) -> "TrackedAttempt":
+    def open(
+        cls,
+        spec: RunSpec,
+        attempt: int,
+        artifacts: List[str],
+        log_paths: List[str],
+        previous_run_id: Optional[str] = None,
+    ) -> "TrackedAttempt":
         """Create the run (``RuntimeConfigurationError`` when the store cannot be reached), linked to the previous
         attempt's run (``previous_run_id``) both ways."""
         import mlflow
@@ -98,8 +104,9 @@ class TrackedAttempt:
         """System metrics of this node, and periodic log uploads."""
         self.run.start_system_metrics()
         interval = _settings.LOG_UPLOAD_SECONDS.read(os.environ)  # checked by air run
-        self._uploader = threading.Thread(target=self._upload_every, args=(interval,), daemon=True,
-                                          name="air log uploader")
+        self._uploader = threading.Thread(
+            target=self._upload_every, args=(interval,), daemon=True, name="air log uploader"
+        )
         self._uploader.start()
 
     def _upload_every(self, interval: float) -> None:
@@ -124,8 +131,9 @@ class TrackedAttempt:
         self.run.close(statuses.MLFLOW_STATUS[status], None, failure)
 
 
-def run_link(tracking_uri: Optional[str], experiment_id: Optional[str], run_id: Optional[str],
-             name: str) -> Optional[str]:
+def run_link(
+    tracking_uri: Optional[str], experiment_id: Optional[str], run_id: Optional[str], name: str
+) -> Optional[str]:
     """How ``air`` shows an attempt's MLflow run: a link for an HTTP store, else where it is and how to see it."""
     if not (tracking_uri and run_id):
         return None

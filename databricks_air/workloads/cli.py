@@ -31,57 +31,107 @@ class _Parser(argparse.ArgumentParser):
 def _globals(parser: argparse.ArgumentParser, top: bool) -> None:
     default: Any = "text" if top else argparse.SUPPRESS  # a subcommand's copy must not reset the top one's
     parser.add_argument("-o", "--output", choices=OUTPUTS, default=default, help="text (default) or json")
-    parser.add_argument("-p", "--profile", default=None if top else argparse.SUPPRESS,
-                        help="a Databricks profile (accepted for compatibility; unused on this machine)")
-    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
-                        help="show tracebacks of internal errors")
+    parser.add_argument(
+        "-p",
+        "--profile",
+        default=None if top else argparse.SUPPRESS,
+        help="a Databricks profile (accepted for compatibility; unused on this machine)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="show tracebacks of internal errors",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="air", description="Run AI Runtime workload files (the `databricks air` commands) on this "
-                     "machine.", epilog="Workload files: air run -h config[.FIELD] describes their fields.")
+    parser = _Parser(
+        prog="air",
+        description="Run AI Runtime workload files (the `databricks air` commands) on this machine.",
+        epilog="Workload files: air run -h config[.FIELD] describes their fields.",
+    )
     parser.add_argument("--version", action="version", version=f"air (databricks-air-oss) {__version__}")
     _globals(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    run = commands.add_parser("run", help="submit a workload file", description="Validate a workload file and run it; "
-                              "returns once the run is submitted (or follows it with --watch).")
+    run = commands.add_parser(
+        "run",
+        help="submit a workload file",
+        description="Validate a workload file and run it; "
+        "returns once the run is submitted (or follows it with --watch).",
+    )
     run.add_argument("-f", "--file", required=True, help="the workload YAML")
-    run.add_argument("--watch", action="store_true", help="stream node 0's output until the run ends; exit status "
-                     "follows the run")
+    run.add_argument(
+        "--watch", action="store_true", help="stream node 0's output until the run ends; exit status follows the run"
+    )
     run.add_argument("--dry-run", action="store_true", help="only validate the file")
-    run.add_argument("--override", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                     help="set a field (a dotted path; the value is YAML), repeatable")
-    run.add_argument("--idempotency-key", default=None, help="a second run with the same key returns the first "
-                     "(beats the file's idempotency_token)")
-    run.add_argument("--no-cache", action="store_true", help="accepted for compatibility: snapshots are always taken "
-                     "afresh here")
-    run.add_argument("--backend", default="local", choices=("local", "ray"),
-                     help="where the run goes: local (this machine, the default) or ray (a Ray cluster)")
-    run.add_argument("--address", default=None, help="--backend ray: the cluster's dashboard (http://HEAD:8265) or "
-                     "its address (HEAD:6379, ray://HEAD:10001); default: RAY_ADDRESS")
-    run.add_argument("--nodes", type=int, default=None, help="--backend ray, CPU workloads: how many nodes (a "
-                     "divisor of compute.num_accelerators; default 1)")
-    run.add_argument("--wait-for-nodes", action="store_true", help="--backend ray: do not refuse a workload that "
-                     "the cluster's nodes cannot hold now (an autoscaling cluster may add nodes); the run waits")
+    run.add_argument(
+        "--override",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a field (a dotted path; the value is YAML), repeatable",
+    )
+    run.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="a second run with the same key returns the first (beats the file's idempotency_token)",
+    )
+    run.add_argument(
+        "--no-cache", action="store_true", help="accepted for compatibility: snapshots are always taken afresh here"
+    )
+    run.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "ray"),
+        help="where the run goes: local (this machine, the default) or ray (a Ray cluster)",
+    )
+    run.add_argument(
+        "--address",
+        default=None,
+        help="--backend ray: the cluster's dashboard (http://HEAD:8265) or "
+        "its address (HEAD:6379, ray://HEAD:10001); default: RAY_ADDRESS",
+    )
+    run.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="--backend ray, CPU workloads: how many nodes (a divisor of compute.num_accelerators; default 1)",
+    )
+    run.add_argument(
+        "--wait-for-nodes",
+        action="store_true",
+        help="--backend ray: do not refuse a workload that "
+        "the cluster's nodes cannot hold now (an autoscaling cluster may add nodes); the run waits",
+    )
     _globals(run, top=False)
 
     get = commands.add_parser("get", help="show a run", description="Show a run's configuration and facts.")
     get.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     _globals(get, top=False)
 
-    listing = commands.add_parser("list", help="list runs", description="List runs, newest first (active ones "
-                                  "unless --all-status).")
+    listing = commands.add_parser(
+        "list", help="list runs", description="List runs, newest first (active ones unless --all-status)."
+    )
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     listing.add_argument("--all-status", action="store_true", help="ended runs too")
     listing.add_argument("--all-users", action="store_true", help="other users' runs too (in a shared registry)")
-    listing.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
-                         help="user, experiment (a glob), accelerator_type (a substring), num_accelerators; "
-                         "repeatable")
+    listing.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="user, experiment (a glob), accelerator_type (a substring), num_accelerators; repeatable",
+    )
     _globals(listing, top=False)
 
-    log = commands.add_parser("logs", help="show or follow a run's output", description="Show a node's output of "
-                              "the latest attempt (or --retry N); follows an active run until it ends.")
+    log = commands.add_parser(
+        "logs",
+        help="show or follow a run's output",
+        description="Show a node's output of the latest attempt (or --retry N); follows an active run until it ends.",
+    )
     log.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     log.add_argument("--node", type=int, default=None, help="the node (default 0; --download-to: every node)")
     log.add_argument("--tail", type=int, default=None, help="the last N lines (default 10000; 0: none)")
@@ -91,15 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--download-to", default=None, metavar="DIR", help="write DIR/logs/node_<n>.log instead")
     _globals(log, top=False)
 
-    stop = commands.add_parser("cancel", help="cancel runs", description="Stop runs: every process of their "
-                               "command gets SIGTERM, then SIGKILL after a grace period.")
+    stop = commands.add_parser(
+        "cancel",
+        help="cancel runs",
+        description="Stop runs: every process of their command gets SIGTERM, then SIGKILL after a grace period.",
+    )
     stop.add_argument("run_ids", type=_run_id, nargs="*", metavar="RUN_ID")
     stop.add_argument("--all", action="store_true", help="every active run of yours")
     stop.add_argument("-y", "--yes", action="store_true", help="do not ask before --all")
     _globals(stop, top=False)
 
-    secrets = commands.add_parser("secrets", help="the local secret store", description="Secrets that workloads "
-                                  "name as scope/key, stored under ~/.air/secrets with mode 0600.")
+    secrets = commands.add_parser(
+        "secrets",
+        help="the local secret store",
+        description="Secrets that workloads name as scope/key, stored under ~/.air/secrets with mode 0600.",
+    )
     secret_commands = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", parser_class=_Parser)
     put = secret_commands.add_parser("put", help="store a secret (value from stdin, or typed without echo)")
     put.add_argument("ref", metavar="SCOPE/KEY")
@@ -138,14 +194,21 @@ class Output:
 
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
-    submission = runs.submit(args.file, args.override, args.idempotency_key, backend=args.backend,
-                             dry_run=args.dry_run, backend_options={"address": args.address, "nodes": args.nodes,
-                                                                    "wait_for_nodes": args.wait_for_nodes})
+    submission = runs.submit(
+        args.file,
+        args.override,
+        args.idempotency_key,
+        backend=args.backend,
+        dry_run=args.dry_run,
+        backend_options={"address": args.address, "nodes": args.nodes, "wait_for_nodes": args.wait_for_nodes},
+    )
     for note in submission.notes:
         out.note(note)
     if submission.run is None:
-        out.data({"status": statuses.DRY_RUN_OK, "dry_run": True},
-                 f"{args.file}: valid ({statuses.DRY_RUN_OK}); nothing was started.")
+        out.data(
+            {"status": statuses.DRY_RUN_OK, "dry_run": True},
+            f"{args.file}: valid ({statuses.DRY_RUN_OK}); nothing was started.",
+        )
         return 0
     run = submission.run
     if args.watch:
@@ -160,8 +223,16 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     if link:
         text.append(link)
     text.append(f"Follow it: air logs {run.run_id}   (or air get {run.run_id}; submit with --watch to follow at once)")
-    out.data({"status": run.state.status, "run_id": run.run_id, "dashboard_url": dashboard, "created": submission.created,
-              **render.mlflow_fields(run)}, "\n".join(text))
+    out.data(
+        {
+            "status": run.state.status,
+            "run_id": run.run_id,
+            "dashboard_url": dashboard,
+            "created": submission.created,
+            **render.mlflow_fields(run),
+        },
+        "\n".join(text),
+    )
     return 0
 
 
@@ -184,8 +255,10 @@ def _watch(run: runs.Run, out: Output) -> int:
     if out.json:
         out.event({"type": "SUBMITTED", "run_id": run.run_id, "dashboard_url": render.dashboard_url(run)})
     else:
-        out.note(f"run {run.run_id} submitted ({run.spec.experiment_name}); following node 0 (Ctrl-C stops "
-                 f"following, not the run: air cancel {run.run_id})")
+        out.note(
+            f"run {run.run_id} submitted ({run.spec.experiment_name}); following node 0 (Ctrl-C stops "
+            f"following, not the run: air cancel {run.run_id})"
+        )
     shown_link = None
     stream = sys.stdout.buffer
     try:
@@ -210,16 +283,19 @@ def _watch(run: runs.Run, out: Output) -> int:
         return 130
     final = runs.load_run(run.folder)
     if out.json:
-        out.data({"status": final.state.status or "UNKNOWN", "run_id": run.run_id, "message": final.state.message},
-                 "")
+        out.data({"status": final.state.status or "UNKNOWN", "run_id": run.run_id, "message": final.state.message}, "")
     else:
-        out.note(f"run {run.run_id} ended {final.state.status} after {render.duration(final.state.duration)}"
-                 + (f": {final.state.message}" if final.state.message else ""))
+        out.note(
+            f"run {run.run_id} ended {final.state.status} after {render.duration(final.state.duration)}"
+            + (f": {final.state.message}" if final.state.message else "")
+        )
         last = final.state.attempt_number
         alerts = [alert for alert in final.state.alert_list() if alert.attempt == last]
         if alerts:
-            out.note(f"likely causes in the output of attempt {last} (air get {run.run_id} lists every attempt's):\n"
-                     + render.alert_lines(alerts))
+            out.note(
+                f"likely causes in the output of attempt {last} (air get {run.run_id} lists every attempt's):\n"
+                + render.alert_lines(alerts)
+            )
     return 0 if final.state.status == statuses.SUCCESS else 1
 
 
@@ -239,8 +315,10 @@ def cmd_get(args: argparse.Namespace, out: Output) -> int:
         try:
             data["configuration"] = yaml_values.plain(yaml_values.load(configuration)) if configuration else None
         except yaml.YAMLError as error:  # recorded by an older version, which took what is refused now (anchors...)
-            out.note(f"run {run.run_id}'s recorded configuration cannot be read back ({error.__class__.__name__}); "
-                     "`air get` without -o json shows it as text")
+            out.note(
+                f"run {run.run_id}'s recorded configuration cannot be read back ({error.__class__.__name__}); "
+                "`air get` without -o json shows it as text"
+            )
             data["configuration"] = None
     out.data(data, render.run_text(run, configuration))
     return 0
@@ -273,8 +351,10 @@ def cmd_logs(args: argparse.Namespace, out: Output) -> int:
     if args.download_to is not None:
         nodes = [node] if args.node is not None else list(range(run.spec.node_plan.num_nodes))
         written = logs.download(run, attempt, nodes, args.download_to)
-        out.data({"run_id": run.run_id, "attempt_number": attempt, "files": written},
-                 "\n".join(f"wrote {path}" for path in written))
+        out.data(
+            {"run_id": run.run_id, "attempt_number": attempt, "files": written},
+            "\n".join(f"wrote {path}" for path in written),
+        )
         return 0 if run.state.status == statuses.SUCCESS else 1
     tail = logs.DEFAULT_TAIL if tail is None and args.minutes is None else tail
     pinned = attempt if args.retry != -1 else None
@@ -313,8 +393,9 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
         if not args.yes:
             preview = render.list_text(active)
             if not sys.stdin.isatty():
-                raise InvalidArguments(f"cancel --all would stop {len(ids)} run(s); add -y to confirm without a "
-                                       f"terminal:\n{preview}")
+                raise InvalidArguments(
+                    f"cancel --all would stop {len(ids)} run(s); add -y to confirm without a terminal:\n{preview}"
+                )
             print(preview, file=sys.stderr)
             answer = input(f"Cancel these {len(ids)} run(s)? [y/N] ").strip().lower()
             if answer not in ("y", "yes"):
@@ -332,7 +413,9 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
             state = "canceled" if run.state.status == statuses.CANCELED else "cancel requested, still stopping"
             lines.append(f"Run {run.run_id}: {state}")
     lines += [f"Run {run_id}: not canceled: {error}" for run_id, error in result.failed]
-    lines.append(f"{len(result.canceled)} run(s) canceled" + (f", {len(result.failed)} failed" if result.failed else ""))
+    lines.append(
+        f"{len(result.canceled)} run(s) canceled" + (f", {len(result.failed)} failed" if result.failed else "")
+    )
     out.data(data, "\n".join(lines))
     return 1 if result.failed else 0
 
@@ -364,14 +447,21 @@ def cmd_secrets(args: argparse.Namespace, out: Output) -> int:
         return 0 if removed else 1
     if action == "list":
         found = secret_store.stored()
-        out.data({"secrets": [{"secret": str(ref), "path": path} for ref, path in found]},
-                 "\n".join(f"{ref}  {path}" for ref, path in found) or "No stored secrets.")
+        out.data(
+            {"secrets": [{"secret": str(ref), "path": path} for ref, path in found]},
+            "\n".join(f"{ref}  {path}" for ref, path in found) or "No stored secrets.",
+        )
         return 0
     raise InvalidArguments("air secrets needs an action: put, list or delete")
 
 
 COMMANDS: Dict[str, Callable[[argparse.Namespace, Output], int]] = {
-    "run": cmd_run, "get": cmd_get, "list": cmd_list, "logs": cmd_logs, "cancel": cmd_cancel, "secrets": cmd_secrets,
+    "run": cmd_run,
+    "get": cmd_get,
+    "list": cmd_list,
+    "logs": cmd_logs,
+    "cancel": cmd_cancel,
+    "secrets": cmd_secrets,
 }
 
 
@@ -427,13 +517,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         if registry.disk_full(error):  # not ours to fix: say where, in one line
             where = f" ({error.filename})" if getattr(error, "filename", None) else ""
-            full = NoSpaceLeft(f"no space left on device{where}: free some space on the file system of "
-                               f"{paths.air_home()} and try again")
-            print(render.error_envelope(full, time.time()) if out.json else f"Error: {full}",
-                  file=sys.stdout if out.json else sys.stderr, flush=True)
+            full = NoSpaceLeft(
+                f"no space left on device{where}: free some space on the file system of "
+                f"{paths.air_home()} and try again"
+            )
+            print(
+                render.error_envelope(full, time.time()) if out.json else f"Error: {full}",
+                file=sys.stdout if out.json else sys.stderr,
+                flush=True,
+            )
             return full.exit_status
-        wrapped = WorkloadError(f"internal error: {type(error).__name__}: {error} (rerun with --debug for the "
-                                "traceback)")
+        wrapped = WorkloadError(
+            f"internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback)"
+        )
         if out.json:
             print(render.error_envelope(wrapped, time.time()), flush=True)
         else:

@@ -68,8 +68,12 @@ def _site_dir(prefix: str) -> str:
 
 def _parent_site_dirs() -> List[str]:
     found = []
-    for folder in [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_path("purelib"),
-                   sysconfig.get_path("platlib")]:
+    for folder in [
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        sysconfig.get_path("purelib"),
+        sysconfig.get_path("platlib"),
+    ]:
         if folder and os.path.isdir(folder) and folder not in found:
             found.append(folder)
     return found
@@ -130,7 +134,9 @@ def _fingerprint(path: str) -> str:
             dirs[:] = sorted(d for d in dirs if d not in (".git", "__pycache__", "build"))
             for name in sorted(files):
                 info = os.stat(os.path.join(folder, name))
-                digest.update(f"{os.path.relpath(os.path.join(folder, name), path)}:{info.st_size}:{info.st_mtime_ns}".encode())
+                digest.update(
+                    f"{os.path.relpath(os.path.join(folder, name), path)}:{info.st_size}:{info.st_mtime_ns}".encode()
+                )
         return digest.hexdigest()
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
@@ -195,16 +201,19 @@ def _build(path: str, dependencies: Sequence[str], base_dir: str, log: BinaryIO)
     log.flush()
     environ = {**os.environ, "PIP_REQUIRE_VIRTUALENV": "0", "VIRTUAL_ENV": path}
     environ.pop("PYTHONPATH", None)
-    done = subprocess.run(command, cwd=base_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                          env=environ)
+    done = subprocess.run(
+        command, cwd=base_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ
+    )
     if done.returncode != 0:
         shutil.rmtree(path, ignore_errors=True)
         raise DependencyInstallError(
             f"installing environment.dependencies failed (pip exited with status {done.returncode}); pip's output "
             "is in the log of attempt 0 (air logs RUN_ID --retry 0)"
         )
-    log.write(f"[air] environment ready in {time.monotonic() - started:.1f} s; later runs with the same "
-              "dependencies reuse it\n".encode())
+    log.write(
+        f"[air] environment ready in {time.monotonic() - started:.1f} s; later runs with the same "
+        "dependencies reuse it\n".encode()
+    )
     log.flush()
     _mark_built(path, dependencies)
 
@@ -228,8 +237,10 @@ def _pip_command(python: str) -> List[str]:
     uv = shutil.which("uv")
     if uv:
         return [uv, "pip", "--python", python]
-    raise DependencyInstallError("environment.dependencies need pip (or uv), and neither is installed here: "
-                                 f"{sys.executable} -m ensurepip, or pip install pip")
+    raise DependencyInstallError(
+        "environment.dependencies need pip (or uv), and neither is installed here: "
+        f"{sys.executable} -m ensurepip, or pip install pip"
+    )
 
 
 def _mark_built(path: str, dependencies: Sequence[str]) -> None:

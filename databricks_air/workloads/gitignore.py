@@ -45,12 +45,12 @@ def _translate(glob: str) -> str:
             out.append("[^/]")
             i += 1
         elif glob[i] == "[":
-            end = glob.find("]", i + 2 if glob[i + 1:i + 2] in ("!", "^") else i + 1)
+            end = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "^") else i + 1)
             if end < 0:
                 out.append(re.escape("["))
                 i += 1
                 continue
-            body = glob[i + 1:end]
+            body = glob[i + 1 : end]
             if body[:1] in ("!", "^"):
                 body = "^" + body[1:]
             out.append("[" + body.replace("\\", "\\\\") + "]")
@@ -122,7 +122,7 @@ class IgnoreRules:
             if rule.base:
                 if not relative.startswith(rule.base + "/"):
                     continue
-                inside = relative[len(rule.base) + 1:]
+                inside = relative[len(rule.base) + 1 :]
             else:
                 inside = relative
             if rule.regex.match(inside):

@@ -96,8 +96,9 @@ def _read_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
             raise WorkloadFileError(path=path, problem="is a directory, not a workload file")
         if not stat.S_ISREG(mode):
             kind = snapshot.special_kind(mode)
-            raise WorkloadFileError(path=path, problem=f"is {kind}, not a regular file: write the workload to a file "
-                                    "and give its path")
+            raise WorkloadFileError(
+                path=path, problem=f"is {kind}, not a regular file: write the workload to a file and give its path"
+            )
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(descriptor, limit + 1 - size)
@@ -110,8 +111,11 @@ def _read_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
     finally:
         os.close(descriptor)
     if size > limit:
-        raise WorkloadFileError(path=path, problem=f"is more than {_mebibytes(limit)}; a workload file may be at most "
-                                f"{_mebibytes(limit)} (put data in a file of code_source)")
+        raise WorkloadFileError(
+            path=path,
+            problem=f"is more than {_mebibytes(limit)}; a workload file may be at most "
+            f"{_mebibytes(limit)} (put data in a file of code_source)",
+        )
     return b"".join(chunks)
 
 
@@ -124,7 +128,9 @@ def read_document(path: str) -> Any:
     except UnicodeDecodeError as error:
         raise WorkloadFileError(path=path, problem=f"is not UTF-8 text (byte {error.start})") from None
     if not text.strip():
-        raise WorkloadFileError(path=path, problem="is empty: a workload needs at least experiment_name, compute and command")
+        raise WorkloadFileError(
+            path=path, problem="is empty: a workload needs at least experiment_name, compute and command"
+        )
     try:
         return yaml_values.load(text)
     except yaml_values.Refused as error:
@@ -141,7 +147,9 @@ def load(path: str, overrides: Sequence[str] = ()) -> Tuple[Workload, List[str]]
     notes: List[str] = []
     if parsed:
         if not isinstance(document, dict):
-            raise WorkloadFileError(path=path, problem="must hold a mapping of fields (experiment_name, compute, command, ...)")
+            raise WorkloadFileError(
+                path=path, problem="must hold a mapping of fields (experiment_name, compute, command, ...)"
+            )
         notes += apply_overrides(document, parsed)
     workload, spellings = schema.validate(document, os.path.dirname(os.path.abspath(path)))
     notes += spellings
@@ -154,9 +162,11 @@ def _first_line(error: yaml.YAMLError, text: str = "") -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     if isinstance(error, yaml.reader.ReaderError) and text:  # a character YAML does not allow (a NUL byte...)
-        before = text[:error.position]
-        return f"the character #x{error.character:04x} is not allowed in YAML at line {before.count(chr(10)) + 1}, " \
-               f"column {len(before) - before.rfind(chr(10))}"
+        before = text[: error.position]
+        return (
+            f"the character #x{error.character:04x} is not allowed in YAML at line {before.count(chr(10)) + 1}, "
+            f"column {len(before) - before.rfind(chr(10))}"
+        )
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
 
 

@@ -58,16 +58,18 @@ def choose_attempt(run: Run, retry: int) -> int:
     if retry < -1:
         raise InvalidArguments(f"--retry must be an attempt number (0 is the first) or -1 for the latest, not {retry}")
     if retry >= max(count, 1):
-        raise InvalidArguments(f"run {run.run_id} has {count} attempt(s) (0 to {count - 1}); --retry {retry} is "
-                               "beyond the newest")
+        raise InvalidArguments(
+            f"run {run.run_id} has {count} attempt(s) (0 to {count - 1}); --retry {retry} is beyond the newest"
+        )
     return retry
 
 
 def check_node(run: Run, node: int) -> None:
     nodes = run.spec.node_plan.num_nodes
     if not 0 <= node < nodes:
-        raise InvalidArguments(f"--node must be between 0 and {nodes - 1} (run {run.run_id} has {nodes} node(s)), "
-                               f"not {node}")
+        raise InvalidArguments(
+            f"--node must be between 0 and {nodes - 1} (run {run.run_id} has {nodes} node(s)), not {node}"
+        )
 
 
 def tail_offset(path: str, lines: int) -> int:
@@ -197,13 +199,19 @@ class _NodeReader:
         self.line_number += 1
 
 
-def read(run: Run, attempt: int, node: int, *, tail: Optional[int] = DEFAULT_TAIL,
-         minutes: Optional[float] = None) -> Iterator[LogEvent]:
+def read(
+    run: Run, attempt: int, node: int, *, tail: Optional[int] = DEFAULT_TAIL, minutes: Optional[float] = None
+) -> Iterator[LogEvent]:
     """The lines of one node's log as it is now (the last ``tail`` lines, or those of the last ``minutes``)."""
     path = run.folder.node_log(attempt, node)
     if not os.path.exists(path):
-        yield LogEvent("ERROR", time.time(), node, attempt,
-                       message=f"no logs yet for run {run.run_id}, attempt {attempt}, node {node} ({run.state.status})")
+        yield LogEvent(
+            "ERROR",
+            time.time(),
+            node,
+            attempt,
+            message=f"no logs yet for run {run.run_id}, attempt {attempt}, node {node} ({run.state.status})",
+        )
         return
     offset = _start(run, attempt, node, tail, minutes)
     yield from _NodeReader(run, attempt, node, offset).read(final=True)
@@ -218,9 +226,16 @@ def _start(run: Run, attempt: int, node: int, tail: Optional[int], minutes: Opti
     return 0
 
 
-def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional[int] = DEFAULT_TAIL,
-           minutes: Optional[float] = None, whole_lines: bool = True,
-           poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogEvent]:
+def follow(
+    run: Run,
+    node: int,
+    *,
+    attempt: Optional[int] = None,
+    tail: Optional[int] = DEFAULT_TAIL,
+    minutes: Optional[float] = None,
+    whole_lines: bool = True,
+    poll: float = FOLLOW_POLL_SECONDS,
+) -> Iterator[LogEvent]:
     """A node's lines as they are printed, and ``STATUS`` events (the first, then each change), until the run ends.
 
     Without ``attempt`` it follows the latest attempt and moves on to each retry; with one, only that attempt.
@@ -230,8 +245,15 @@ def follow(run: Run, node: int, *, attempt: Optional[int] = None, tail: Optional
         yield from _follow(run, node, attempt, tail, minutes, whole_lines, poll)
 
 
-def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], minutes: Optional[float],
-            whole_lines: bool, poll: float) -> Iterator[LogEvent]:
+def _follow(
+    run: Run,
+    node: int,
+    attempt: Optional[int],
+    tail: Optional[int],
+    minutes: Optional[float],
+    whole_lines: bool,
+    poll: float,
+) -> Iterator[LogEvent]:
     pinned = attempt is not None
     current = attempt if attempt is not None else choose_attempt(run, -1)
     offset = _start(run, current, node, tail, minutes) if os.path.exists(run.folder.node_log(current, node)) else 0
@@ -242,8 +264,11 @@ def _follow(run: Run, node: int, attempt: Optional[int], tail: Optional[int], mi
     while True:
         state = load_run(run.folder).state
         later = not pinned and len(state.attempts) > current + 1  # a retry began: this attempt's log is whole
-        ended = state.terminal or (pinned and len(state.attempts) > current + 1) or (
-            pinned and state.attempts and state.attempts[current].get("ended_at") is not None)
+        ended = (
+            state.terminal
+            or (pinned and len(state.attempts) > current + 1)
+            or (pinned and state.attempts and state.attempts[current].get("ended_at") is not None)
+        )
         path = status_path(state)
         # A poll may come after several changes (a retry that failed within one poll): each is reported, in the
         # order it happened. This attempt's lines were written after its RUNNING and before what came next (its
@@ -270,11 +295,19 @@ def _running_index(attempt: int) -> int:
     return 1 + 2 * attempt
 
 
-def _status_changes(path: List[str], start: int, stop: int, state: RunState, node: int,
-                    attempt: int) -> Iterator[LogEvent]:
+def _status_changes(
+    path: List[str], start: int, stop: int, state: RunState, node: int, attempt: int
+) -> Iterator[LogEvent]:
     for index in range(start, stop):
-        yield LogEvent("STATUS", time.time(), node, attempt, status=path[index], previous_status=path[index - 1],
-                       message=state.message if index == len(path) - 1 else None)
+        yield LogEvent(
+            "STATUS",
+            time.time(),
+            node,
+            attempt,
+            status=path[index],
+            previous_status=path[index - 1],
+            message=state.message if index == len(path) - 1 else None,
+        )
 
 
 def status_path(state: RunState) -> List[str]:
@@ -304,4 +337,3 @@ def download(run: Run, attempt: int, nodes: List[int], folder: str) -> List[str]
             open(destination, "wb").close()
         written.append(destination)
     return written
-

@@ -15,8 +15,17 @@ import sys
 from typing import Dict, Mapping, Optional
 
 # Variables of an outer launcher that would mislead the command's own (this process may itself run under one).
-_INHERITED_NOT_PASSED = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME",
-                         "MLFLOW_EXPERIMENT_ID", "TORCHELASTIC_RUN_ID", "HYPERPARAMETERS_PATH")
+_INHERITED_NOT_PASSED = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_EXPERIMENT_ID",
+    "TORCHELASTIC_RUN_ID",
+    "HYPERPARAMETERS_PATH",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +56,14 @@ class NodeVariables:
         def move(path: Optional[str]) -> Optional[str]:
             if path is None or not (path == old_root or path.startswith(old_root.rstrip(os.sep) + os.sep)):
                 return path
-            return new_root + path[len(old_root):]
+            return new_root + path[len(old_root) :]
 
-        return dataclasses.replace(self, code_source_path=move(self.code_source_path) or self.code_source_path,
-                                   hyperparameters_path=move(self.hyperparameters_path),
-                                   checkpoint_dir=move(self.checkpoint_dir))
+        return dataclasses.replace(
+            self,
+            code_source_path=move(self.code_source_path) or self.code_source_path,
+            hyperparameters_path=move(self.hyperparameters_path),
+            checkpoint_dir=move(self.checkpoint_dir),
+        )
 
     def environ(self, base: Mapping[str, str]) -> Dict[str, str]:
         """``base`` (the submitter's environment, or the node's), then the workload's ``env_variables`` and
@@ -97,6 +109,16 @@ def with_interpreter_on_path(environ: Mapping[str, str]) -> Dict[str, str]:
 CHECKPOINT_DIR_VARIABLE = "AIR_CHECKPOINT_DIR"
 """Where ``databricks.air.data.Checkpointer()`` keeps checkpoints when given no folder."""
 
-RUNTIME_VARIABLES = ("NUM_NODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                     "CODE_SOURCE_PATH", "HYPERPARAMETERS_PATH", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI")
+RUNTIME_VARIABLES = (
+    "NUM_NODES",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "CODE_SOURCE_PATH",
+    "HYPERPARAMETERS_PATH",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_TRACKING_URI",
+)
 """What a workload's ``env_variables`` cannot set (the runtime sets these per node)."""

@@ -43,9 +43,15 @@ class Echo(Protocol):
 class NodeOutput:
     """Feed it the node's output bytes as they come (from any one thread at a time)."""
 
-    def __init__(self, log_path: str, times_path: str, secrets: Iterable[str] = (),
-                 on_alert: Optional[AlertHandler] = None, echo: Optional[Echo] = None,
-                 name: str = "the log") -> None:
+    def __init__(
+        self,
+        log_path: str,
+        times_path: str,
+        secrets: Iterable[str] = (),
+        on_alert: Optional[AlertHandler] = None,
+        echo: Optional[Echo] = None,
+        name: str = "the log",
+    ) -> None:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         self.name = name
         """What the log is, in :attr:`failure` (``node 0's log``)."""
@@ -67,7 +73,7 @@ class NodeOutput:
 
     def write_note(self, text: str) -> None:
         """A line of our own (the attempt's end), in the log as the wrapper's lines are upstream."""
-        self.feed(("\n" if self._line else "") .encode() + text.encode() + b"\n")
+        self.feed(("\n" if self._line else "").encode() + text.encode() + b"\n")
 
     def feed(self, data: bytes) -> None:
         with self._lock:
@@ -77,9 +83,11 @@ class NodeOutput:
                 data = self._redact(self._pending + data)
                 keep = min(self._hold, len(data))
                 # Hold the tail back only while it could be the start of a secret.
-                if keep and not any(s.startswith(data[len(data) - k:]) for s in self._secrets for k in range(1, keep + 1)):
+                if keep and not any(
+                    s.startswith(data[len(data) - k :]) for s in self._secrets for k in range(1, keep + 1)
+                ):
                     keep = 0
-                self._pending = data[len(data) - keep:] if keep else b""
+                self._pending = data[len(data) - keep :] if keep else b""
                 data = data[: len(data) - keep] if keep else data
             self._write(data)
 

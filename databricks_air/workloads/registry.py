@@ -73,9 +73,11 @@ class DamagedRun(RebuildableError, WorkloadError):
         if not problem and not path and isinstance(run_id, str):  # the message alone (see RebuildableError)
             super().__init__(run_id)
         else:
-            super().__init__(f"run {run_id} is damaged: {problem} ({path}), so air can neither show, follow nor "
-                             f"cancel it. Its other files (its logs under attempts/) are in {os.path.dirname(path)}; "
-                             "remove that folder to drop the run from air list")
+            super().__init__(
+                f"run {run_id} is damaged: {problem} ({path}), so air can neither show, follow nor "
+                f"cancel it. Its other files (its logs under attempts/) are in {os.path.dirname(path)}; "
+                "remove that folder to drop the run from air list"
+            )
         self.run_id = run_id
         self.problem = problem
         self.path = path
@@ -169,8 +171,9 @@ class RunFolder:
         try:
             document = json.loads(data)
         except ValueError as error:
-            raise DamagedRun(self.run_id, f"{name} is not valid JSON, cut short or overwritten ({error})",
-                             path) from None
+            raise DamagedRun(
+                self.run_id, f"{name} is not valid JSON, cut short or overwritten ({error})", path
+            ) from None
         return document
 
     def write_state(self, state: RunState) -> None:
@@ -259,8 +262,9 @@ class Registry:
     def key_file(self, idempotency_key: str) -> str:
         return os.path.join(self.root, "keys", hashlib.sha256(idempotency_key.encode()).hexdigest())
 
-    def create(self, spec_for: Callable[[int], RunSpec], state_for: Callable[[int], RunState],
-               idempotency_key: str) -> Tuple[RunFolder, bool]:
+    def create(
+        self, spec_for: Callable[[int], RunSpec], state_for: Callable[[int], RunState], idempotency_key: str
+    ) -> Tuple[RunFolder, bool]:
         """A new run folder with its spec and first state; or, for a known idempotency key, the existing run.
 
         The folder is made under a temporary name and renamed once its spec and state are written, so that no
@@ -328,7 +332,7 @@ class Registry:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_int(path: str) -> Optional[int]:

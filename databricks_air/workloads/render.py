@@ -45,8 +45,13 @@ def envelope(data: Dict[str, Any], now: float) -> str:
 
 
 def error_envelope(error: WorkloadError, now: float) -> str:
-    return json.dumps({"v": ENVELOPE_VERSION, "ts": iso(now), "error": {
-        "code": error.code, "kind": error.kind, "message": str(error), "retryable": error.retryable}})
+    return json.dumps(
+        {
+            "v": ENVELOPE_VERSION,
+            "ts": iso(now),
+            "error": {"code": error.code, "kind": error.kind, "message": str(error), "retryable": error.retryable},
+        }
+    )
 
 
 def event(item: Dict[str, Any], now: float) -> str:
@@ -137,16 +142,37 @@ def log_event(item: logs.LogEvent) -> Dict[str, Any]:
     """A log event as upstream's JSONL record (``type``, ``ts``, ``node``, ``line``) with our additions."""
     if item.type == "ALERT" and item.alert is not None:
         pattern = item.alert.pattern
-        return {"type": "ALERT", "ts": iso(item.ts), "node": item.node, "attempt": item.attempt, "line": item.line,
-                "line_number": item.line_number, "pattern": pattern.id, "title": pattern.title,
-                "severity": pattern.severity, "consequence": pattern.consequence, "hint": item.alert.hint}
+        return {
+            "type": "ALERT",
+            "ts": iso(item.ts),
+            "node": item.node,
+            "attempt": item.attempt,
+            "line": item.line,
+            "line_number": item.line_number,
+            "pattern": pattern.id,
+            "title": pattern.title,
+            "severity": pattern.severity,
+            "consequence": pattern.consequence,
+            "hint": item.alert.hint,
+        }
     if item.type == "ERROR":
         return {"type": "ERROR", "ts": iso(item.ts), "node": item.node, "line": item.message}
     if item.type == "STATUS":
-        return {"type": "STATUS", "ts": iso(item.ts), "status": item.status, "previous_status": item.previous_status,
-                "message": item.message}
-    return {"type": "LOG", "ts": iso(item.ts), "node": item.node, "attempt": item.attempt, "line": item.line,
-            "line_number": item.line_number}
+        return {
+            "type": "STATUS",
+            "ts": iso(item.ts),
+            "status": item.status,
+            "previous_status": item.previous_status,
+            "message": item.message,
+        }
+    return {
+        "type": "LOG",
+        "ts": iso(item.ts),
+        "node": item.node,
+        "attempt": item.attempt,
+        "line": item.line,
+        "line_number": item.line_number,
+    }
 
 
 # --- text -----------------------------------------------------------------------------------------------------------
@@ -174,8 +200,9 @@ def mlflow_line(run: Run) -> Optional[str]:
     latest = run.state.latest
     if latest is None or latest.mlflow_run_id is None:
         return None
-    return attempt_tracking.run_link(run.state.tracking_uri, latest.mlflow_experiment_id, latest.mlflow_run_id,
-                                     run.spec.run_name)
+    return attempt_tracking.run_link(
+        run.state.tracking_uri, latest.mlflow_experiment_id, latest.mlflow_run_id, run.spec.run_name
+    )
 
 
 def run_text(run: Run, configuration: str) -> str:
@@ -200,12 +227,23 @@ def run_text(run: Run, configuration: str) -> str:
         ("Run folder", run.folder.path),
     ]
     width = max(len(name) for name, _ in facts)
-    parts = [box("Configuration", configuration.rstrip("\n").splitlines()),
-             box("Metadata", [f"{name.ljust(width)}  {value}" for name, value in facts])]
+    parts = [
+        box("Configuration", configuration.rstrip("\n").splitlines()),
+        box("Metadata", [f"{name.ljust(width)}  {value}" for name, value in facts]),
+    ]
     attempts = state.attempt_list
     if attempts:
-        rows = [[str(a.number), a.status, local_time(a.started_at), duration(a.duration),
-                 "-" if a.exit_code is None else str(a.exit_code), a.reason or ""] for a in attempts]
+        rows = [
+            [
+                str(a.number),
+                a.status,
+                local_time(a.started_at),
+                duration(a.duration),
+                "-" if a.exit_code is None else str(a.exit_code),
+                a.reason or "",
+            ]
+            for a in attempts
+        ]
         parts.append("Attempts\n" + table(["Attempt", "Status", "Started", "Duration", "Exit", "Reason"], rows))
     alerts = state.alert_list()
     if alerts:
@@ -217,22 +255,35 @@ def run_text(run: Run, configuration: str) -> str:
 
 
 def alert_lines(alerts: List[Any]) -> str:
-    ordered = sorted(alerts, key=lambda a: (a.consequence, {"fatal": 0, "error": 1}.get(a.severity, 2),
-                                            a.attempt, a.line_number))
+    ordered = sorted(
+        alerts, key=lambda a: (a.consequence, {"fatal": 0, "error": 1}.get(a.severity, 2), a.attempt, a.line_number)
+    )
     lines = []
     for alert in ordered:
         times = f" (x{alert.count})" if alert.count > 1 else ""
-        lines.append(f"  attempt {alert.attempt}, node {alert.node}, line {alert.line_number}{times}: {alert.title}"
-                     f"{' (a consequence)' if alert.consequence else ''}\n    {alert.line}\n    hint: {alert.hint}")
+        lines.append(
+            f"  attempt {alert.attempt}, node {alert.node}, line {alert.line_number}{times}: {alert.title}"
+            f"{' (a consequence)' if alert.consequence else ''}\n    {alert.line}\n    hint: {alert.hint}"
+        )
     return "\n".join(lines)
 
 
 def list_text(runs: Sequence[Run]) -> str:
     if not runs:
         return "No runs. (air list shows active runs; add --all-status for ended ones.)"
-    rows = [[str(run.run_id), run.spec.experiment_name, run.state.status,
-             local_time(run.state.started_at or run.state.submitted_at), duration(run.state.duration),
-             (mlflow_fields(run)["mlflow_run_id"] or "-")[:12], run.spec.user, run.spec.accelerators] for run in runs]
+    rows = [
+        [
+            str(run.run_id),
+            run.spec.experiment_name,
+            run.state.status,
+            local_time(run.state.started_at or run.state.submitted_at),
+            duration(run.state.duration),
+            (mlflow_fields(run)["mlflow_run_id"] or "-")[:12],
+            run.spec.user,
+            run.spec.accelerators,
+        ]
+        for run in runs
+    ]
     text = table(["Run ID", "Experiment", "Status", "Started", "Duration", "MLflow", "User", "Accelerators"], rows)
     damaged = [f"run {run.run_id} is damaged: {run.damage.problem} ({run.damage.path})" for run in runs if run.damage]
     return "\n".join([text, "", *damaged]) if damaged else text

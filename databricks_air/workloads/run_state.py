@@ -21,8 +21,13 @@ def _from_dict(cls: Type[T], data: Dict[str, Any]) -> T:
     if not isinstance(data, dict):
         raise ValueError(f"it holds a JSON {_json_kind(data)}, not an object")
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    missing = [field.name for field in fields if field.name not in data
-               and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
+    missing = [
+        field.name
+        for field in fields
+        if field.name not in data
+        and field.default is dataclasses.MISSING
+        and field.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ValueError(f"it lacks {', '.join(missing)}")
     known = {field.name for field in fields}

@@ -17,7 +17,15 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from databricks.air import _settings, _variables
 from databricks.air._tracking import call_run
 from databricks.air.workloads import (
-    attempt_tracking, backends, loading, node_environment, registry, secret_store, snapshot, statuses, yaml_values,
+    attempt_tracking,
+    backends,
+    loading,
+    node_environment,
+    registry,
+    secret_store,
+    snapshot,
+    statuses,
+    yaml_values,
 )
 from databricks.air.exceptions import RuntimeConfigurationError
 from databricks.air.workloads.errors import InvalidArguments, NoSpaceLeft, WorkloadError
@@ -72,10 +80,16 @@ def _timeout_seconds(workload: Workload, environ: Mapping[str, str]) -> Optional
     return workload.timeout_minutes * 60.0 if workload.timeout_minutes else None
 
 
-def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[str] = None, *,
-           backend: str = backends.DEFAULT, dry_run: bool = False,
-           environ: Optional[Mapping[str, str]] = None,
-           backend_options: Optional[Mapping[str, object]] = None) -> Submission:
+def submit(
+    path: str,
+    overrides: Sequence[str] = (),
+    idempotency_key: Optional[str] = None,
+    *,
+    backend: str = backends.DEFAULT,
+    dry_run: bool = False,
+    environ: Optional[Mapping[str, str]] = None,
+    backend_options: Optional[Mapping[str, object]] = None,
+) -> Submission:
     """Validate the workload file and start a run of it (or, with ``dry_run``, only validate it).
 
     ``backend_options`` are the chosen backend's own (the Ray backend's ``address``, ``nodes``...).
@@ -102,8 +116,9 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     notes += chosen.notes(workload, plan)
     taken = sorted(set(workload.env_variables) & set(node_environment.RUNTIME_VARIABLES))
     if taken:
-        notes.append(f"env_variables: {', '.join(taken)} are set by the runtime on each node; the workload's values "
-                     "are replaced")
+        notes.append(
+            f"env_variables: {', '.join(taken)} are set by the runtime on each node; the workload's values are replaced"
+        )
     try:  # a bad setting fails now, as it does a decorated function's call, not in the supervisor
         _settings.check(environ, _settings.WORKLOAD)
     except RuntimeConfigurationError as error:
@@ -122,17 +137,29 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     def spec_for(run_id: int) -> RunSpec:
         code_dir = os.path.join(runs.root, str(run_id), "code")
         return RunSpec(
-            run_id=run_id, backend=chosen.name, experiment_name=workload.experiment_name, run_name=workload.run_name,
-            command=workload.command, accelerator_type=workload.compute.accelerator_type,
-            num_accelerators=workload.compute.num_accelerators, accelerators=workload.compute.display,
-            plan=dataclasses.asdict(plan), max_retries=workload.max_retries,
-            timeout_seconds=_timeout_seconds(workload, environ), timeout_minutes=workload.timeout_minutes,
+            run_id=run_id,
+            backend=chosen.name,
+            experiment_name=workload.experiment_name,
+            run_name=workload.run_name,
+            command=workload.command,
+            accelerator_type=workload.compute.accelerator_type,
+            num_accelerators=workload.compute.num_accelerators,
+            accelerators=workload.compute.display,
+            plan=dataclasses.asdict(plan),
+            max_retries=workload.max_retries,
+            timeout_seconds=_timeout_seconds(workload, environ),
+            timeout_minutes=workload.timeout_minutes,
             env_variables=dict(workload.env_variables),
             secrets={name: str(ref) for name, ref in workload.secrets.items()},
-            dependencies=list(workload.environment.dependencies) if workload.environment.dependencies is not None
+            dependencies=list(workload.environment.dependencies)
+            if workload.environment.dependencies is not None
             else None,
-            base_dir=workload.base_dir, has_parameters=workload.parameters is not None, submit_dir=os.getcwd(),
-            user=_user(), idempotency_key=key, code_path=os.path.join(code_dir, code_name) if code_name else code_dir,
+            base_dir=workload.base_dir,
+            has_parameters=workload.parameters is not None,
+            submit_dir=os.getcwd(),
+            user=_user(),
+            idempotency_key=key,
+            code_path=os.path.join(code_dir, code_name) if code_name else code_dir,
             environment_version=workload.environment.version,
             mlflow_experiment_directory=workload.mlflow_experiment_directory,
         )
@@ -153,12 +180,16 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
     try:
         registry.write_atomically(folder.file(registry.CONFIG), yaml_values.dump(workload.document).encode())
         if workload.parameters is not None:
-            registry.write_atomically(folder.file(registry.HYPERPARAMETERS),
-                                      yaml_values.dump(workload.parameters).encode())
+            registry.write_atomically(
+                folder.file(registry.HYPERPARAMETERS), yaml_values.dump(workload.parameters).encode()
+            )
         os.makedirs(folder.code_dir)
         if workload.code_source is not None:
-            snapshot.take(workload.code_source, folder.code_dir,
-                          "code_source.snapshot" if "snapshot" in workload.document["code_source"] else "code_source")
+            snapshot.take(
+                workload.code_source,
+                folder.code_dir,
+                "code_source.snapshot" if "snapshot" in workload.document["code_source"] else "code_source",
+            )
         chosen.start(folder)
     except BaseException as error:
         if registry.disk_full(error):  # nothing could be recorded whole: nothing is kept
@@ -171,9 +202,11 @@ def submit(path: str, overrides: Sequence[str] = (), idempotency_key: Optional[s
 
 
 def _no_space(error: OSError, root: str, what: str) -> NoSpaceLeft:
-    return NoSpaceLeft(f"no space left on device in {root}: {what} could not be recorded, and nothing was started "
-                       f"or kept. Free some space there (or move the registry with {_variables.HOME}) and submit "
-                       "again")
+    return NoSpaceLeft(
+        f"no space left on device in {root}: {what} could not be recorded, and nothing was started "
+        f"or kept. Free some space there (or move the registry with {_variables.HOME}) and submit "
+        "again"
+    )
 
 
 def _end(state: RunState, status: str, reason: str) -> None:
@@ -222,8 +255,13 @@ def _matches(run: Run, filters: Mapping[str, str]) -> bool:
     return all(checks[key](value) for key, value in filters.items())
 
 
-def list_runs(limit: int = 20, all_status: bool = False, all_users: bool = False,
-              filters: Optional[Mapping[str, str]] = None, damaged: bool = True) -> List[Run]:
+def list_runs(
+    limit: int = 20,
+    all_status: bool = False,
+    all_users: bool = False,
+    filters: Optional[Mapping[str, str]] = None,
+    damaged: bool = True,
+) -> List[Run]:
     """The newest runs first: active ones only unless ``all_status``, this user's only unless ``all_users``.
 
     A run whose state or spec cannot be read is listed too, whatever ``all_status`` says (its status is unknown),
@@ -263,10 +301,29 @@ def _damaged_run(folder: RunFolder, damage: DamagedRun) -> Run:
     try:
         spec = folder.read_spec()
     except DamagedRun:
-        spec = RunSpec(run_id=folder.run_id, backend="-", experiment_name="-", run_name="-", command="",
-                       accelerator_type="-", num_accelerators=0, accelerators="-", plan={}, max_retries=0,
-                       timeout_seconds=None, timeout_minutes=None, env_variables={}, secrets={}, dependencies=None,
-                       base_dir="", has_parameters=False, submit_dir="", user="-", idempotency_key="", code_path="")
+        spec = RunSpec(
+            run_id=folder.run_id,
+            backend="-",
+            experiment_name="-",
+            run_name="-",
+            command="",
+            accelerator_type="-",
+            num_accelerators=0,
+            accelerators="-",
+            plan={},
+            max_retries=0,
+            timeout_seconds=None,
+            timeout_minutes=None,
+            env_variables={},
+            secrets={},
+            dependencies=None,
+            base_dir="",
+            has_parameters=False,
+            submit_dir="",
+            user="-",
+            idempotency_key="",
+            code_path="",
+        )
     try:
         made = os.stat(folder.path).st_mtime
     except OSError:

@@ -62,7 +62,14 @@ _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _UC_IMAGE = re.compile(r"^[^.\s:/]+\.[^.\s:/]+\.[^.\s:/]+(:[^\s]+)?$")
 
 STRING, INTEGER, VERSION, STRINGS, STRING_MAP, FREE_MAP, OBJECT, OBJECTS = (
-    "string", "integer", "integer or string", "list of strings", "map of strings", "map", "object", "list of objects"
+    "string",
+    "integer",
+    "integer or string",
+    "list of strings",
+    "map of strings",
+    "map",
+    "object",
+    "list of objects",
 )
 
 
@@ -90,14 +97,26 @@ class Field:
         return next((field for field in self.fields if field.name == name), None)
 
 
-_GIT = Field("git", OBJECT, "Snapshot a commit instead of the working tree (through `git archive`).", fields=(
-    Field("branch", STRING, "The branch's latest commit (characters: letters, digits, `_ . / -`). Not with commit."),
-    Field("commit", STRING, "A commit hash. Not with branch."),
-    Field("remote", "boolean", "Only `false`: the commit is read from the local repository.", default="false"),
-))
+_GIT = Field(
+    "git",
+    OBJECT,
+    "Snapshot a commit instead of the working tree (through `git archive`).",
+    fields=(
+        Field(
+            "branch", STRING, "The branch's latest commit (characters: letters, digits, `_ . / -`). Not with commit."
+        ),
+        Field("commit", STRING, "A commit hash. Not with branch."),
+        Field("remote", "boolean", "Only `false`: the commit is read from the local repository.", default="false"),
+    ),
+)
 _SNAPSHOT_FIELDS = (
-    Field("root_path", STRING, "The folder to snapshot: `~`, `$VARS` and a `project_root/` prefix expand; a "
-          "relative path is taken from the workload file's folder.", required=True),
+    Field(
+        "root_path",
+        STRING,
+        "The folder to snapshot: `~`, `$VARS` and a `project_root/` prefix expand; a "
+        "relative path is taken from the workload file's folder.",
+        required=True,
+    ),
     Field("include_paths", STRINGS, "Only these paths under root_path (relative, without `..`)."),
     Field("git", OBJECT, _GIT.help, fields=_GIT.fields),
     Field("remote_volume", STRING, "Where Databricks uploads the snapshot: a `/Volumes/...` folder (unused here)."),
@@ -109,64 +128,159 @@ _IMAGE_FIELDS = (
     Field("credentials_key", STRING, "Secret key of the registry credentials (with credentials_scope)."),
 )
 
-ROOT = Field("", OBJECT, "A workload file.", fields=(
-    Field("experiment_name", STRING, "The MLflow experiment (created if missing); 1-100 letters, digits, `-`, `_`.",
-          required=True),
-    Field("compute", OBJECT, "What the workload runs on.", required=True, fields=(
-        Field("accelerator_type", STRING, "One of " + ", ".join(ACCELERATOR_TYPES[:-1]) + " (exact case), or CPU "
-              "for CPU ranks (ours).", required=True),
-        Field("num_accelerators", INTEGER, "GPUs in all (a multiple of the GPUs per node), or CPU ranks.",
-              required=True),
-        Field("pool_id", STRING, "Reserved capacity to run in (1-255 characters; unused here)."),
-        Field("provisioned_capacity_id", STRING, "Older name of pool_id.", older_spelling=True),
-        Field("priority_class", STRING, "BEST_EFFORT, NORMAL or CRITICAL; needs pool_id (unused here)."),
-    )),
-    Field("environment", OBJECT, "Python packages, or a container image.", fields=(
-        Field("dependencies", STRINGS, "pip requirements (`pkg==1.2`, `-r requirements.txt`, a wheel's path), "
-              "installed into a cached virtual environment over the current one."),
-        Field("version", VERSION, "The Databricks environment version (an integer, or `databricks_ai_vN`); only with "
-              "dependencies (unused here).", default="4"),
-        Field("unity_catalog_image", STRING, "A container image `catalog.schema.image:tag` (needs a container "
-              "runtime). Not with dependencies or version."),
-        Field("docker_image", OBJECT, "Older form of unity_catalog_image.", fields=_IMAGE_FIELDS, older_spelling=True),
-    )),
-    # root_path is required in either form, which validation checks itself (the older form has it one level down).
-    Field("code_source", OBJECT, "The folder snapshotted into the run (CODE_SOURCE_PATH).", fields=tuple(
-        dataclasses.replace(field, required=False, help=field.help + " Required.") if field.required else field
-        for field in _SNAPSHOT_FIELDS) + (
-        Field("type", STRING, "Older form: `snapshot`, with the fields under `snapshot:`.", older_spelling=True),
-        Field("snapshot", OBJECT, "Older form: the snapshot's fields.", fields=_SNAPSHOT_FIELDS, older_spelling=True),
-    )),
-    Field("command", STRING, "The script run once per node under `bash -euo pipefail` (at most 1000 lines).",
-          required=True),
-    Field("env_variables", STRING_MAP, "Environment variables of the command."),
-    Field("secrets", STRING_MAP, "Environment variables read from secrets: `NAME: scope/key`."),
-    Field("parameters", FREE_MAP, "Anything: written to hyperparameters.yaml, at HYPERPARAMETERS_PATH."),
-    Field("max_retries", INTEGER, "Attempts after a failed or timed-out one (0: none).",
-          default=str(DEFAULT_MAX_RETRIES)),
-    Field("timeout_minutes", INTEGER, "Minutes one attempt may run (at least 1); past it the attempt is TIMEDOUT.",
-          default="none"),
-    Field("idempotency_token", STRING, "A second submission with the same token returns the first run (1-64 "
-          "characters)."),
-    Field("mlflow_run_name", STRING, "The MLflow run name (default: the experiment name); as experiment_name."),
-    Field("mlflow_experiment_directory", STRING, "A `/Workspace/...` folder for the experiment (Databricks tracking "
-          "only)."),
-    Field("mlflow_artifact_location", STRING, "A `dbfs:/` or `/Volumes/` artifact location for a new experiment "
-          "(Databricks tracking only)."),
-    Field("permissions", OBJECTS, "Who may see or manage the run (Databricks only).", fields=(
-        Field("user_name", STRING, "A user."),
-        Field("group_name", STRING, "A group."),
-        Field("service_principal_name", STRING, "A service principal."),
-        Field("level", STRING, "CAN_VIEW, CAN_MANAGE_RUN, CAN_MANAGE or IS_OWNER.", required=True),
-    )),
-    Field("usage_policy_name", STRING, "A usage policy by name (at most 127 characters). Not with usage_policy_id."),
-    Field("usage_policy_id", STRING, "A usage policy by id (a UUID). Not with usage_policy_name."),
-    Field("schedule", OBJECT, "Run on a cron schedule (a persistent Databricks job).", fields=(
-        Field("quartz_cron_expression", STRING, "A Quartz cron expression.", required=True),
-        Field("timezone_id", STRING, "A Java time zone id, e.g. `UTC`.", required=True),
-        Field("pause_status", STRING, "PAUSED or UNPAUSED.", default="UNPAUSED"),
-    )),
-))
+ROOT = Field(
+    "",
+    OBJECT,
+    "A workload file.",
+    fields=(
+        Field(
+            "experiment_name",
+            STRING,
+            "The MLflow experiment (created if missing); 1-100 letters, digits, `-`, `_`.",
+            required=True,
+        ),
+        Field(
+            "compute",
+            OBJECT,
+            "What the workload runs on.",
+            required=True,
+            fields=(
+                Field(
+                    "accelerator_type",
+                    STRING,
+                    "One of " + ", ".join(ACCELERATOR_TYPES[:-1]) + " (exact case), or CPU for CPU ranks (ours).",
+                    required=True,
+                ),
+                Field(
+                    "num_accelerators",
+                    INTEGER,
+                    "GPUs in all (a multiple of the GPUs per node), or CPU ranks.",
+                    required=True,
+                ),
+                Field("pool_id", STRING, "Reserved capacity to run in (1-255 characters; unused here)."),
+                Field("provisioned_capacity_id", STRING, "Older name of pool_id.", older_spelling=True),
+                Field("priority_class", STRING, "BEST_EFFORT, NORMAL or CRITICAL; needs pool_id (unused here)."),
+            ),
+        ),
+        Field(
+            "environment",
+            OBJECT,
+            "Python packages, or a container image.",
+            fields=(
+                Field(
+                    "dependencies",
+                    STRINGS,
+                    "pip requirements (`pkg==1.2`, `-r requirements.txt`, a wheel's path), "
+                    "installed into a cached virtual environment over the current one.",
+                ),
+                Field(
+                    "version",
+                    VERSION,
+                    "The Databricks environment version (an integer, or `databricks_ai_vN`); only with "
+                    "dependencies (unused here).",
+                    default="4",
+                ),
+                Field(
+                    "unity_catalog_image",
+                    STRING,
+                    "A container image `catalog.schema.image:tag` (needs a container "
+                    "runtime). Not with dependencies or version.",
+                ),
+                Field(
+                    "docker_image",
+                    OBJECT,
+                    "Older form of unity_catalog_image.",
+                    fields=_IMAGE_FIELDS,
+                    older_spelling=True,
+                ),
+            ),
+        ),
+        # root_path is required in either form, which validation checks itself (the older form has it one level down).
+        Field(
+            "code_source",
+            OBJECT,
+            "The folder snapshotted into the run (CODE_SOURCE_PATH).",
+            fields=tuple(
+                dataclasses.replace(field, required=False, help=field.help + " Required.") if field.required else field
+                for field in _SNAPSHOT_FIELDS
+            )
+            + (
+                Field(
+                    "type", STRING, "Older form: `snapshot`, with the fields under `snapshot:`.", older_spelling=True
+                ),
+                Field(
+                    "snapshot",
+                    OBJECT,
+                    "Older form: the snapshot's fields.",
+                    fields=_SNAPSHOT_FIELDS,
+                    older_spelling=True,
+                ),
+            ),
+        ),
+        Field(
+            "command",
+            STRING,
+            "The script run once per node under `bash -euo pipefail` (at most 1000 lines).",
+            required=True,
+        ),
+        Field("env_variables", STRING_MAP, "Environment variables of the command."),
+        Field("secrets", STRING_MAP, "Environment variables read from secrets: `NAME: scope/key`."),
+        Field("parameters", FREE_MAP, "Anything: written to hyperparameters.yaml, at HYPERPARAMETERS_PATH."),
+        Field(
+            "max_retries",
+            INTEGER,
+            "Attempts after a failed or timed-out one (0: none).",
+            default=str(DEFAULT_MAX_RETRIES),
+        ),
+        Field(
+            "timeout_minutes",
+            INTEGER,
+            "Minutes one attempt may run (at least 1); past it the attempt is TIMEDOUT.",
+            default="none",
+        ),
+        Field(
+            "idempotency_token",
+            STRING,
+            "A second submission with the same token returns the first run (1-64 characters).",
+        ),
+        Field("mlflow_run_name", STRING, "The MLflow run name (default: the experiment name); as experiment_name."),
+        Field(
+            "mlflow_experiment_directory",
+            STRING,
+            "A `/Workspace/...` folder for the experiment (Databricks tracking only).",
+        ),
+        Field(
+            "mlflow_artifact_location",
+            STRING,
+            "A `dbfs:/` or `/Volumes/` artifact location for a new experiment (Databricks tracking only).",
+        ),
+        Field(
+            "permissions",
+            OBJECTS,
+            "Who may see or manage the run (Databricks only).",
+            fields=(
+                Field("user_name", STRING, "A user."),
+                Field("group_name", STRING, "A group."),
+                Field("service_principal_name", STRING, "A service principal."),
+                Field("level", STRING, "CAN_VIEW, CAN_MANAGE_RUN, CAN_MANAGE or IS_OWNER.", required=True),
+            ),
+        ),
+        Field(
+            "usage_policy_name", STRING, "A usage policy by name (at most 127 characters). Not with usage_policy_id."
+        ),
+        Field("usage_policy_id", STRING, "A usage policy by id (a UUID). Not with usage_policy_name."),
+        Field(
+            "schedule",
+            OBJECT,
+            "Run on a cron schedule (a persistent Databricks job).",
+            fields=(
+                Field("quartz_cron_expression", STRING, "A Quartz cron expression.", required=True),
+                Field("timezone_id", STRING, "A Java time zone id, e.g. `UTC`.", required=True),
+                Field("pause_status", STRING, "PAUSED or UNPAUSED.", default="UNPAUSED"),
+            ),
+        ),
+    ),
+)
 
 
 # --- finding fields (for --override and -h config.PATH) -------------------------------------------------------------
@@ -179,11 +293,13 @@ def find(path: Sequence[str]) -> Field:
     """
     field = ROOT
     for depth, name in enumerate(path):
-        where = ".".join(path[:depth + 1])
+        where = ".".join(path[: depth + 1])
         if field.free_form:
             return field
         if field.kind not in (OBJECT,):
-            raise WorkloadFileError(path=where, problem=f"{'.'.join(path[:depth])} is a {field.kind} and has no sub-fields")
+            raise WorkloadFileError(
+                path=where, problem=f"{'.'.join(path[:depth])} is a {field.kind} and has no sub-fields"
+            )
         child = field.child(name)
         if child is None:
             raise WorkloadFileError(path=where, problem=_unknown(name, field))
@@ -219,8 +335,11 @@ class _Checker:
             if not isinstance(key, str):
                 self.fail(path, f"keys must be strings, not {key!r}")
             if key == "_bases_" and not path:
-                self.fail("_bases_", "composing a file from base files (_bases_) is not supported (the Databricks CLI "
-                          "does not take it either): merge the files into one")
+                self.fail(
+                    "_bases_",
+                    "composing a file from base files (_bases_) is not supported (the Databricks CLI "
+                    "does not take it either): merge the files into one",
+                )
             if field.child(key) is None:
                 self.fail(_join(path, key), _unknown(key, field))
         for child in field.fields:
@@ -235,8 +354,11 @@ class _Checker:
         if not blank_ok and not text.strip():
             self.fail(path, "must not be empty")
         if "\0" in text:
-            self.fail(path, f"holds a NUL character (\\0) at character {text.index(chr(0)) + 1}, which no command, "
-                      "path or environment variable can hold: remove it")
+            self.fail(
+                path,
+                f"holds a NUL character (\\0) at character {text.index(chr(0)) + 1}, which no command, "
+                "path or environment variable can hold: remove it",
+            )
         return text
 
     def integer(self, value: Any, path: str, minimum: int, maximum: int, why: str = "") -> int:
@@ -254,8 +376,11 @@ class _Checker:
             self.fail(path, f"must be at most {MAX_NAME} characters, not {len(text)}")
         if not _NAME.fullmatch(text):
             bad = sorted({c for c in text if not re.match(r"[A-Za-z0-9_-]", c)})
-            self.fail(path, f"{text!r} may only hold ASCII letters, digits, '-' and '_' (not {' '.join(map(repr, bad))}):"
-                      " on Databricks it also names the job's task, which allows no other characters")
+            self.fail(
+                path,
+                f"{text!r} may only hold ASCII letters, digits, '-' and '_' (not {' '.join(map(repr, bad))}):"
+                " on Databricks it also names the job's task, which allows no other characters",
+            )
         return text
 
     # --- the sections ---------------------------------------------------------------------------------------------
@@ -270,8 +395,11 @@ class _Checker:
         code_source = self.code_source(top.get("code_source"))
         command = self.string(top["command"], "command")
         if len(command.splitlines()) > MAX_COMMAND_LINES:
-            self.fail("command", f"has {len(command.splitlines())} lines; at most {MAX_COMMAND_LINES} are allowed "
-                      "(put the script in a file of code_source and run that)")
+            self.fail(
+                "command",
+                f"has {len(command.splitlines())} lines; at most {MAX_COMMAND_LINES} are allowed "
+                "(put the script in a file of code_source and run that)",
+            )
         env_variables = self.variables(top.get("env_variables"), "env_variables")
         secrets = self.secrets(top.get("secrets"))
         for name in env_variables:
@@ -282,18 +410,26 @@ class _Checker:
             self.fail("parameters", f"must be a mapping (written to hyperparameters.yaml), not {_shown(parameters)}")
         max_retries = DEFAULT_MAX_RETRIES
         if top.get("max_retries") is not None:
-            max_retries = self.integer(top["max_retries"], "max_retries", 0, MAX_RETRIES,
-                                       " (each retry is a whole run of the command)")
+            max_retries = self.integer(
+                top["max_retries"], "max_retries", 0, MAX_RETRIES, " (each retry is a whole run of the command)"
+            )
         timeout = None
         if top.get("timeout_minutes") is not None:
-            timeout = self.integer(top["timeout_minutes"], "timeout_minutes", 1, MAX_TIMEOUT_MINUTES,
-                                   " (30 days; leave timeout_minutes out for no limit)")
+            timeout = self.integer(
+                top["timeout_minutes"],
+                "timeout_minutes",
+                1,
+                MAX_TIMEOUT_MINUTES,
+                " (30 days; leave timeout_minutes out for no limit)",
+            )
         token = None
         if top.get("idempotency_token") is not None:
             token = self.string(top["idempotency_token"], "idempotency_token").strip()
             if len(token) > MAX_TOKEN:
                 self.fail("idempotency_token", f"must be at most {MAX_TOKEN} characters, not {len(token)}")
-        run_name = self.name(top["mlflow_run_name"], "mlflow_run_name") if top.get("mlflow_run_name") is not None else None
+        run_name = (
+            self.name(top["mlflow_run_name"], "mlflow_run_name") if top.get("mlflow_run_name") is not None else None
+        )
         directory = None
         if top.get("mlflow_experiment_directory") is not None:
             directory = self.string(top["mlflow_experiment_directory"], "mlflow_experiment_directory")
@@ -336,16 +472,27 @@ class _Checker:
             near = [t for t in ACCELERATOR_TYPES if t.lower() == kind.lower()]
             near = near or difflib.get_close_matches(kind, ACCELERATOR_TYPES, n=1, cutoff=0.6)
             guess = f" (did you mean {near[0]!r}? the names are case-sensitive)" if near else ""
-            self.fail("compute.accelerator_type", f"unknown accelerator type {kind!r}{guess}; expected one of "
-                      f"{', '.join(ACCELERATOR_TYPES[:-1])}, or CPU for CPU ranks")
+            self.fail(
+                "compute.accelerator_type",
+                f"unknown accelerator type {kind!r}{guess}; expected one of "
+                f"{', '.join(ACCELERATOR_TYPES[:-1])}, or CPU for CPU ranks",
+            )
         per_node = AcceleratorType(kind).gpus_per_node
-        count = self.integer(section["num_accelerators"], "compute.num_accelerators", 1,
-                             per_node * MAX_NODES if per_node else MAX_CPU_RANKS,
-                             f" ({MAX_NODES} nodes of {per_node} GPUs, the most a workload may have)" if per_node
-                             else " (the most CPU ranks a workload may have)")
+        count = self.integer(
+            section["num_accelerators"],
+            "compute.num_accelerators",
+            1,
+            per_node * MAX_NODES if per_node else MAX_CPU_RANKS,
+            f" ({MAX_NODES} nodes of {per_node} GPUs, the most a workload may have)"
+            if per_node
+            else " (the most CPU ranks a workload may have)",
+        )
         if per_node and count % per_node:
-            self.fail("compute.num_accelerators", f"{kind} nodes have {per_node} GPUs each, so num_accelerators must be "
-                      f"a multiple of {per_node}, not {count}")
+            self.fail(
+                "compute.num_accelerators",
+                f"{kind} nodes have {per_node} GPUs each, so num_accelerators must be "
+                f"a multiple of {per_node}, not {count}",
+            )
         pool = None
         if section.get("pool_id") is not None and section.get("provisioned_capacity_id") is not None:
             self.fail("compute.provisioned_capacity_id", "is the older name of pool_id: give only pool_id")
@@ -355,15 +502,18 @@ class _Checker:
                 if len(pool) > 255:
                     self.fail(f"compute.{name}", f"must be 1-255 characters, not {len(pool)}")
                 if name == "provisioned_capacity_id":
-                    self.notes.append("compute.provisioned_capacity_id is the older spelling; the current one is "
-                                      "compute.pool_id")
+                    self.notes.append(
+                        "compute.provisioned_capacity_id is the older spelling; the current one is compute.pool_id"
+                    )
         priority = None
         if section.get("priority_class") is not None:
             priority = self.string(section["priority_class"], "compute.priority_class")
             if priority not in PRIORITY_CLASSES:
                 self.fail("compute.priority_class", f"must be one of {', '.join(PRIORITY_CLASSES)}, not {priority!r}")
             if pool is None:
-                self.fail("compute.priority_class", "needs compute.pool_id: a priority applies within reserved capacity")
+                self.fail(
+                    "compute.priority_class", "needs compute.pool_id: a priority applies within reserved capacity"
+                )
         return Compute(kind, count, pool, priority)
 
     def environment(self, value: Any) -> Environment:
@@ -374,14 +524,20 @@ class _Checker:
         if section.get("dependencies") is not None:
             raw = section["dependencies"]
             if not isinstance(raw, list):
-                self.fail("environment.dependencies", f"must be a list of requirements, not {_shown(raw)} (a "
-                          "requirements file goes in as one entry: dependencies: [-r requirements.txt])")
+                self.fail(
+                    "environment.dependencies",
+                    f"must be a list of requirements, not {_shown(raw)} (a "
+                    "requirements file goes in as one entry: dependencies: [-r requirements.txt])",
+                )
             dependencies = tuple(self.string(item, f"environment.dependencies[{i}]") for i, item in enumerate(raw))
         version = None
         if section.get("version") is not None:
             if dependencies is None:
-                self.fail("environment.version", "is only allowed with environment.dependencies (Databricks refuses it "
-                          "otherwise); add dependencies: [] to keep the version")
+                self.fail(
+                    "environment.version",
+                    "is only allowed with environment.dependencies (Databricks refuses it "
+                    "otherwise); add dependencies: [] to keep the version",
+                )
             version = self.version(section["version"])
         image = None
         if section.get("unity_catalog_image") is not None and section.get("docker_image") is not None:
@@ -393,12 +549,15 @@ class _Checker:
             image = ContainerImage(url)
         elif section.get("docker_image") is not None:
             image = self.docker_image(section["docker_image"])
-            self.notes.append("environment.docker_image is the older form; the current one is "
-                              "environment.unity_catalog_image")
+            self.notes.append(
+                "environment.docker_image is the older form; the current one is environment.unity_catalog_image"
+            )
         if image is not None and (dependencies is not None or version is not None):
             which = "unity_catalog_image" if section.get("unity_catalog_image") is not None else "docker_image"
-            self.fail(f"environment.{which}", "cannot be combined with dependencies or version: the image brings its "
-                      "own environment")
+            self.fail(
+                f"environment.{which}",
+                "cannot be combined with dependencies or version: the image brings its own environment",
+            )
         return Environment(dependencies, version, image)
 
     def version(self, value: Any) -> str:
@@ -431,7 +590,8 @@ class _Checker:
         if scope is not None and policy != "latest":
             self.fail(f"{path}.credentials_scope", "registry credentials need tag_policy: latest")
         return ContainerImage(
-            url, policy,
+            url,
+            policy,
             self.string(scope, f"{path}.credentials_scope") if scope is not None else None,
             self.string(key, f"{path}.credentials_key") if key is not None else None,
         )
@@ -444,16 +604,23 @@ class _Checker:
         flat = [name for name in ("root_path", "include_paths", "git", "remote_volume") if name in section]
         if "type" in section or "snapshot" in section:
             if flat:
-                self.fail(f"code_source.{flat[0]}", "mixes the flat form with the older type/snapshot form: use one "
-                          "(the current form is flat: code_source: {root_path: ...})")
+                self.fail(
+                    f"code_source.{flat[0]}",
+                    "mixes the flat form with the older type/snapshot form: use one "
+                    "(the current form is flat: code_source: {root_path: ...})",
+                )
             kind = self.string(section.get("type"), "code_source.type") if section.get("type") is not None else None
             if kind != "snapshot":
-                self.fail("code_source.type", f"must be snapshot, not {kind!r}" if kind else "is required with "
-                          "snapshot: (type: snapshot)")
+                self.fail(
+                    "code_source.type",
+                    f"must be snapshot, not {kind!r}" if kind else "is required with snapshot: (type: snapshot)",
+                )
             if section.get("snapshot") is None:
                 self.fail("code_source.snapshot", "is required with type: snapshot")
-            self.notes.append("code_source.type/snapshot is the older form; the current one is flat: "
-                              "code_source: {root_path: ..., include_paths: [...]}")
+            self.notes.append(
+                "code_source.type/snapshot is the older form; the current one is flat: "
+                "code_source: {root_path: ..., include_paths: [...]}"
+            )
             path = "code_source.snapshot"
             section = self.keys(section["snapshot"], field.child("snapshot"), path)  # type: ignore[arg-type, union-attr]
         else:
@@ -467,8 +634,10 @@ class _Checker:
             raw = section["include_paths"]
             if not isinstance(raw, list) or not raw:
                 self.fail(f"{path}.include_paths", f"must be a non-empty list of relative paths, not {_shown(raw)}")
-            include = tuple(self.include_path(item, root, f"{path}.include_paths[{i}]", on_disk=git is None)
-                            for i, item in enumerate(raw))
+            include = tuple(
+                self.include_path(item, root, f"{path}.include_paths[{i}]", on_disk=git is None)
+                for i, item in enumerate(raw)
+            )
         volume = None
         if section.get("remote_volume") is not None:
             volume = self.string(section["remote_volume"], f"{path}.remote_volume")
@@ -479,22 +648,29 @@ class _Checker:
     def root_path(self, text: str, path: str) -> str:
         expanded = os.path.expandvars(os.path.expanduser(text))
         if expanded == "project_root" or expanded.startswith("project_root/"):
-            expanded = os.path.join(project_root(self.base_dir), expanded[len("project_root/"):])
+            expanded = os.path.join(project_root(self.base_dir), expanded[len("project_root/") :])
         resolved = os.path.normpath(os.path.join(self.base_dir, expanded))
         if not os.path.isdir(resolved):
             what = "is not a directory" if os.path.exists(resolved) else "does not exist"
-            self.fail(path, f"{resolved} {what} (relative paths are taken from the workload file's folder, "
-                      f"{self.base_dir})")
+            self.fail(
+                path, f"{resolved} {what} (relative paths are taken from the workload file's folder, {self.base_dir})"
+            )
         real = os.path.realpath(resolved)
         shown = resolved if real == resolved else f"{resolved} (that is, {real})"
         if real == os.path.realpath(os.sep):
-            self.fail(path, f"{shown} is the whole file system, which the snapshot would copy into every run: "
-                      "point root_path at your project's folder (root_path: . is the workload file's folder)")
+            self.fail(
+                path,
+                f"{shown} is the whole file system, which the snapshot would copy into every run: "
+                "point root_path at your project's folder (root_path: . is the workload file's folder)",
+            )
         home = os.path.realpath(os.path.expanduser("~"))
         if _contains(real, home):
             where = "your home folder" if real == home else f"a folder that holds your home folder ({home})"
-            self.fail(path, f"{shown} is {where}, which the snapshot would copy into every run: point root_path at "
-                      "your project's folder (root_path: . is the workload file's folder)")
+            self.fail(
+                path,
+                f"{shown} is {where}, which the snapshot would copy into every run: point root_path at "
+                "your project's folder (root_path: . is the workload file's folder)",
+            )
         return resolved
 
     def include_path(self, value: Any, root: str, path: str, on_disk: bool = True) -> str:
@@ -512,8 +688,11 @@ class _Checker:
                 self.fail(path, f"{text!r} does not exist under root_path ({root})")
             real, real_root = os.path.realpath(where), os.path.realpath(root)
             if not _contains(real_root, real):
-                self.fail(path, f"{text!r} leads out of root_path, through a symbolic link, to {real}: only what is "
-                          "under root_path can be included (copy it there, or point root_path higher)")
+                self.fail(
+                    path,
+                    f"{text!r} leads out of root_path, through a symbolic link, to {real}: only what is "
+                    "under root_path can be included (copy it there, or point root_path higher)",
+                )
         return relative
 
     def git(self, value: Any, path: str) -> GitPin:
@@ -522,8 +701,11 @@ class _Checker:
         if (branch is None) == (commit is None):
             self.fail(path, "needs exactly one of branch or commit")
         if section.get("remote") is not None and section["remote"] is not False:
-            self.fail(f"{path}.remote", f"only false is supported (the commit is read from the local repository), "
-                      f"not {_shown(section['remote'])}")
+            self.fail(
+                f"{path}.remote",
+                f"only false is supported (the commit is read from the local repository), "
+                f"not {_shown(section['remote'])}",
+            )
         if branch is not None:
             branch = self.string(branch, f"{path}.branch")
             if not _BRANCH.fullmatch(branch):
@@ -543,14 +725,18 @@ class _Checker:
         for name, item in value.items():
             where = _join(path, name if isinstance(name, str) else repr(name))
             if not isinstance(name, str) or not _VARIABLE.fullmatch(name):
-                self.fail(where, "is not a valid environment variable name (letters, digits and _, not starting with "
-                          "a digit)")
+                self.fail(
+                    where, "is not a valid environment variable name (letters, digits and _, not starting with a digit)"
+                )
             variables[name] = self.string(item, where, blank_ok=True)
             size = len(f"{name}={variables[name]}".encode())
             if size > MAX_VARIABLE_BYTES:
-                self.fail(where, f"is {size} bytes; an environment variable may hold at most {MAX_VARIABLE_BYTES} "
-                          "(NAME=value; Linux refuses to start a command with a longer one): put the value in a file "
-                          "of code_source")
+                self.fail(
+                    where,
+                    f"is {size} bytes; an environment variable may hold at most {MAX_VARIABLE_BYTES} "
+                    "(NAME=value; Linux refuses to start a command with a longer one): put the value in a file "
+                    "of code_source",
+                )
         return variables
 
     def secrets(self, value: Any) -> Dict[str, SecretRef]:
@@ -567,8 +753,10 @@ class _Checker:
             return
         field = ROOT.child("permissions")
         if not isinstance(value, list):
-            self.fail("permissions", f"must be a list of {{user_name|group_name|service_principal_name, level}}, not "
-                      f"{_shown(value)}")
+            self.fail(
+                "permissions",
+                f"must be a list of {{user_name|group_name|service_principal_name, level}}, not {_shown(value)}",
+            )
         for index, item in enumerate(value):
             path = f"permissions[{index}]"
             entry = self.keys(item, field, path)  # type: ignore[arg-type]
@@ -619,8 +807,9 @@ def validate(document: Any, base_dir: str) -> Tuple[Workload, List[str]]:
 def project_root(folder: str) -> str:
     """What ``project_root/`` means: the top of the git repository holding ``folder``, else ``folder`` itself."""
     try:
-        done = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                              timeout=30)
+        done = subprocess.run(
+            ["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return folder
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else folder
@@ -668,4 +857,3 @@ def help_text(path: Sequence[str]) -> str:
     if older:
         lines.append(f"  older spellings, still accepted: {', '.join(older)}")
     return "\n".join(lines)
-

@@ -46,6 +46,7 @@ class SecretNotFound(WorkloadError):
 
 def variable_name(ref: SecretRef) -> str:
     """The environment variable that can hold ``ref``."""
+
     def part(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9]", "_", text).upper()
 
@@ -84,15 +85,21 @@ def decode(ref: SecretRef, data: bytes, where: str) -> str:
     try:
         value = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise WorkloadError(f"secret {ref}: {where} is not UTF-8 text (byte {error.start} is "
-                            f"0x{data[error.start]:02x}), and a secret becomes an environment variable, which holds "
-                            f"text: store binary values encoded, e.g. base64 FILE | air secrets put {ref}") from None
+        raise WorkloadError(
+            f"secret {ref}: {where} is not UTF-8 text (byte {error.start} is "
+            f"0x{data[error.start]:02x}), and a secret becomes an environment variable, which holds "
+            f"text: store binary values encoded, e.g. base64 FILE | air secrets put {ref}"
+        ) from None
     if "\0" in value:
-        raise WorkloadError(f"secret {ref}: {where} holds a NUL byte (at byte {data.index(0)}), which no environment "
-                            f"variable can hold: store it encoded, e.g. base64 FILE | air secrets put {ref}")
+        raise WorkloadError(
+            f"secret {ref}: {where} holds a NUL byte (at byte {data.index(0)}), which no environment "
+            f"variable can hold: store it encoded, e.g. base64 FILE | air secrets put {ref}"
+        )
     if len(data) > MAX_VALUE_BYTES:
-        raise WorkloadError(f"secret {ref}: {where} is more than {MAX_VALUE_BYTES} bytes, the most an environment "
-                            "variable can hold: keep large secrets in a file that the command reads")
+        raise WorkloadError(
+            f"secret {ref}: {where} is more than {MAX_VALUE_BYTES} bytes, the most an environment "
+            "variable can hold: keep large secrets in a file that the command reads"
+        )
     return value
 
 
@@ -113,8 +120,10 @@ def lookup(ref: SecretRef, environ: Mapping[str, str]) -> Optional[str]:
         if not stat.S_ISREG(info.st_mode):
             raise WorkloadError(f"secret {ref}: {path} is not a regular file")
         if info.st_mode & 0o077:
-            raise WorkloadError(f"secret {ref}: {path} may be read by others (mode {stat.S_IMODE(info.st_mode):o}); "
-                                f"make it private: chmod 600 {path}")
+            raise WorkloadError(
+                f"secret {ref}: {path} may be read by others (mode {stat.S_IMODE(info.st_mode):o}); "
+                f"make it private: chmod 600 {path}"
+            )
         if hasattr(os, "getuid") and info.st_uid != os.getuid():
             raise WorkloadError(f"secret {ref}: {path} belongs to another user")
         data = b""
@@ -175,6 +184,9 @@ def stored() -> List[Tuple[SecretRef, str]]:
     for scope in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         folder = os.path.join(root, scope)
         if os.path.isdir(folder):
-            found += [(SecretRef(scope, key), os.path.join(folder, key)) for key in sorted(os.listdir(folder))
-                      if not key.startswith(".tmp-")]
+            found += [
+                (SecretRef(scope, key), os.path.join(folder, key))
+                for key in sorted(os.listdir(folder))
+                if not key.startswith(".tmp-")
+            ]
     return found

@@ -110,16 +110,22 @@ def survey(source: CodeSource, large: int = LARGE_SNAPSHOT_BYTES) -> List[str]:
             outside.append(f"{entry.relative} -> {entry.target}")
     notes = []
     if special:
-        notes.append(f"{field}: special files left out of the snapshot (only regular files, folders and links are "
-                     f"copied): {_some(special)}")
+        notes.append(
+            f"{field}: special files left out of the snapshot (only regular files, folders and links are "
+            f"copied): {_some(special)}"
+        )
     if outside:
-        notes.append(f"{field}: symbolic links left out of the snapshot, since they lead out of root_path (their "
-                     f"targets would not be in it): {_some(outside)}")
+        notes.append(
+            f"{field}: symbolic links left out of the snapshot, since they lead out of root_path (their "
+            f"targets would not be in it): {_some(outside)}"
+        )
     if total > large:
         named = ", ".join(f"{path} ({_size(size)})" for size, path in sorted(largest, reverse=True))
-        notes.append(f"{field}: the snapshot is {_size(total)}, copied into the run's folder for every run; the "
-                     f"largest files: {named}. Leave data out of it (.gitignore or include_paths) and read it from "
-                     "where it is")
+        notes.append(
+            f"{field}: the snapshot is {_size(total)}, copied into the run's folder for every run; the "
+            f"largest files: {named}. Leave data out of it (.gitignore or include_paths) and read it from "
+            "where it is"
+        )
     return notes
 
 
@@ -171,8 +177,10 @@ class _Walk:
             elif os.path.lexists(source):
                 yield self._other(os.path.realpath(source), relative)  # a link named here is followed
             else:  # it was there when the file was validated
-                raise WorkloadFileError(path=f"{self.field}.include_paths[{index}]",
-                                        problem=f"{entry!r} does not exist under root_path ({self.root})")
+                raise WorkloadFileError(
+                    path=f"{self.field}.include_paths[{index}]",
+                    problem=f"{entry!r} does not exist under root_path ({self.root})",
+                )
 
     def _folder(self, source: str, relative: str, rules: IgnoreRules, prefix: str) -> Iterator[_Entry]:
         """What ``source`` (``relative`` to the code root) holds, the ignore rules of ``source`` itself added."""
@@ -215,15 +223,22 @@ class _Walk:
         return _Entry(_SPECIAL, relative, path, target=special_kind(info.st_mode))
 
     def _unreadable(self, relative: str, error: OSError) -> WorkloadFileError:
-        return WorkloadFileError(path=self.field, problem=f"{relative} under root_path cannot be read "
-                                 f"({error.strerror or error}): make it readable, or leave it out (.gitignore or "
-                                 "include_paths)")
+        return WorkloadFileError(
+            path=self.field,
+            problem=f"{relative} under root_path cannot be read "
+            f"({error.strerror or error}): make it readable, or leave it out (.gitignore or "
+            "include_paths)",
+        )
 
 
 def special_kind(mode: int) -> str:
     """What a file that is neither a regular file, a folder nor a link is, in words (``a FIFO (named pipe)``)."""
-    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return kind
     return "a special file"
@@ -334,11 +349,20 @@ def _resolve_pin(source: CodeSource, field: str) -> _Pin:
     revision = pin.commit or pin.branch or ""
     where = f"{field}.git.{'commit' if pin.commit else 'branch'}"
     root = source.root_path
-    prefix = _git(root, ["rev-parse", "--show-prefix"], f"{field}.git",
-                  f"{root} is not inside a git repository: remove git: to snapshot the working tree, or point "
-                  "root_path into a repository", detail=False).strip()
-    commit = _git(root, ["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], where,
-                  f"{revision!r} is not a commit or branch of the repository at {root}").strip()
+    prefix = _git(
+        root,
+        ["rev-parse", "--show-prefix"],
+        f"{field}.git",
+        f"{root} is not inside a git repository: remove git: to snapshot the working tree, or point "
+        "root_path into a repository",
+        detail=False,
+    ).strip()
+    commit = _git(
+        root,
+        ["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+        where,
+        f"{revision!r} is not a commit or branch of the repository at {root}",
+    ).strip()
     top = _git(root, ["rev-parse", "--show-toplevel"], where, "cannot find the repository's top").strip()
     return _Pin(top, f"{commit}:{prefix.rstrip('/')}" if prefix else commit, revision)
 
@@ -350,13 +374,23 @@ def _git_entries(source: CodeSource, field: str) -> Iterator[_Entry]:
         path = entry.replace(os.sep, "/")
         if path == ".":
             continue
-        found = subprocess.run(["git", "-C", pin.top, "cat-file", "-e", f"{pin.tree}/{path}" if ":" in pin.tree
-                                else f"{pin.tree}:{path}"], capture_output=True, timeout=60)
+        found = subprocess.run(
+            ["git", "-C", pin.top, "cat-file", "-e", f"{pin.tree}/{path}" if ":" in pin.tree else f"{pin.tree}:{path}"],
+            capture_output=True,
+            timeout=60,
+        )
         if found.returncode != 0:
-            raise WorkloadFileError(path=f"{field}.include_paths[{index}]",
-                                    problem=f"{entry!r} is not in {pin.revision} under root_path ({source.root_path})")
-    listing = _git(pin.top, ["ls-tree", "-r", "-l", "-z", pin.tree, "--", *(source.include_paths or ())],
-                   f"{field}.git", f"cannot list the files of {pin.revision}", binary=True)
+            raise WorkloadFileError(
+                path=f"{field}.include_paths[{index}]",
+                problem=f"{entry!r} is not in {pin.revision} under root_path ({source.root_path})",
+            )
+    listing = _git(
+        pin.top,
+        ["ls-tree", "-r", "-l", "-z", pin.tree, "--", *(source.include_paths or ())],
+        f"{field}.git",
+        f"cannot list the files of {pin.revision}",
+        binary=True,
+    )
     links = []
     for record in listing.split(b"\0"):
         if not record:
@@ -369,8 +403,14 @@ def _git_entries(source: CodeSource, field: str) -> Iterator[_Entry]:
         elif kind == b"blob":
             yield _Entry(_FILE, relative, relative, size=int(size))
     if links:
-        targets = _git(pin.top, ["cat-file", "--batch"], f"{field}.git", "cannot read the links of the commit",
-                       binary=True, stdin=b"".join(obj.encode() + b"\n" for _, obj in links))
+        targets = _git(
+            pin.top,
+            ["cat-file", "--batch"],
+            f"{field}.git",
+            "cannot read the links of the commit",
+            binary=True,
+            stdin=b"".join(obj.encode() + b"\n" for _, obj in links),
+        )
         stream = io.BytesIO(targets)
         for relative, _ in links:
             length = int(stream.readline().split()[2])
@@ -404,8 +444,15 @@ def _inside_only(member: tarfile.TarInfo, destination: str) -> Optional[tarfile.
         return None
 
 
-def _git(folder: str, arguments: Sequence[str], path: str, failure: str,
-         binary: bool = False, stdin: Optional[bytes] = None, detail: bool = True):
+def _git(
+    folder: str,
+    arguments: Sequence[str],
+    path: str,
+    failure: str,
+    binary: bool = False,
+    stdin: Optional[bytes] = None,
+    detail: bool = True,
+):
     try:
         done = subprocess.run(["git", "-C", folder, *arguments], capture_output=True, timeout=300, input=stdin)
     except FileNotFoundError:

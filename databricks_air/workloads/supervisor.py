@@ -22,7 +22,11 @@ from databricks.air import _settings, log_patterns
 from databricks.air.workloads import attempt_tracking, environments, node_environment, registry, secret_store, statuses
 from databricks.air.workloads.errors import WorkloadError
 from databricks.air.workloads.backends.base import (
-    AttemptLaunch, CannotPlace, NodeGroup, NodeLauncher, exit_codes_summary,
+    AttemptLaunch,
+    CannotPlace,
+    NodeGroup,
+    NodeLauncher,
+    exit_codes_summary,
 )
 from databricks.air.workloads.node_environment import NodeVariables
 from databricks.air.workloads.node_output import Echo, NodeOutput
@@ -47,9 +51,15 @@ def grace_seconds() -> float:
 class WorkloadSupervisor:
     """Runs a run's attempts; :meth:`run` returns its final status."""
 
-    def __init__(self, folder: RunFolder, launcher: NodeLauncher, environ: Optional[Mapping[str, str]] = None,
-                 wake: Optional[threading.Event] = None, woken_reason: Optional[str] = None,
-                 echo: Optional[Callable[[int, int], Echo]] = None) -> None:
+    def __init__(
+        self,
+        folder: RunFolder,
+        launcher: NodeLauncher,
+        environ: Optional[Mapping[str, str]] = None,
+        wake: Optional[threading.Event] = None,
+        woken_reason: Optional[str] = None,
+        echo: Optional[Callable[[int, int], Echo]] = None,
+    ) -> None:
         self.folder = folder
         self.launcher = launcher
         self.environ = dict(os.environ if environ is None else environ)
@@ -77,8 +87,11 @@ class WorkloadSupervisor:
                 where = f" while writing {error.filename}" if error.filename else ""
                 reason = f"no space left on device{where}"
             else:
-                reason = str(error) if isinstance(error, WorkloadError) else (
-                    f"the supervisor failed: {type(error).__name__}: {error}")
+                reason = (
+                    str(error)
+                    if isinstance(error, WorkloadError)
+                    else (f"the supervisor failed: {type(error).__name__}: {error}")
+                )
             self._finish(statuses.FAILED, reason)
             return statuses.FAILED
 
@@ -102,8 +115,10 @@ class WorkloadSupervisor:
             status, reason, final = self._attempt(number, script, secrets, environment, deadline_seconds)
             if final or status in (statuses.SUCCESS, statuses.CANCELED) or number == spec.max_retries:
                 break
-            self._update(status=statuses.WAITING_FOR_RETRY,
-                         message=f"attempt {number} {status}: {reason}; retry {number + 1} of {spec.max_retries} next")
+            self._update(
+                status=statuses.WAITING_FOR_RETRY,
+                message=f"attempt {number} {status}: {reason}; retry {number + 1} of {spec.max_retries} next",
+            )
             if self._sleep(_settings.RETRY_DELAY_SECONDS.read(os.environ)):
                 status, reason = statuses.CANCELED, "canceled while waiting to retry"
                 break
@@ -115,9 +130,14 @@ class WorkloadSupervisor:
         registry.write_atomically(path, self.spec.command.encode(), mode=0o700)
         return path
 
-    def _attempt(self, number: int, script: str, secrets: Dict[str, str],
-                 environment: Optional[environments.PreparedEnvironment],
-                 timeout: Optional[float]) -> Tuple[str, str, bool]:
+    def _attempt(
+        self,
+        number: int,
+        script: str,
+        secrets: Dict[str, str],
+        environment: Optional[environments.PreparedEnvironment],
+        timeout: Optional[float],
+    ) -> Tuple[str, str, bool]:
         """Run attempt ``number``: ``(status, reason, final)``, ``final`` when retrying cannot help."""
         started = time.time()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -129,8 +149,9 @@ class WorkloadSupervisor:
             return self._attempt_not_started(number, started, statuses.TIMEDOUT, str(error)) + (False,)
         except Exception as error:  # noqa: BLE001 - nodes that cannot be had now: a failed attempt, retried
             traceback.print_exc(file=sys.stderr)
-            return self._attempt_not_started(number, started, statuses.FAILED,
-                                             f"the attempt's nodes could not be reserved: {error}") + (False,)
+            return self._attempt_not_started(
+                number, started, statuses.FAILED, f"the attempt's nodes could not be reserved: {error}"
+            ) + (False,)
         if group is None:
             return self._attempt_not_started(number, started, statuses.CANCELED, self._cancel_reason()) + (True,)
         try:
@@ -145,8 +166,10 @@ class WorkloadSupervisor:
         """The attempt's nodes, or ``None`` when a cancel came while waiting for them."""
         plan = self.spec.node_plan
         if self.launcher.reserves_nodes:
-            self._update(message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
-                                 f"{'CPU' if plan.cpu else 'GPU'}(s)")
+            self._update(
+                message=f"attempt {number}: placing {plan.num_nodes} node(s) of {plan.local_world_size} "
+                f"{'CPU' if plan.cpu else 'GPU'}(s)"
+            )
 
         def show_progress(text: str) -> None:
             self._update(message=f"attempt {number}: {text}")
@@ -155,41 +178,70 @@ class WorkloadSupervisor:
 
     def _attempt_not_started(self, number: int, started: float, status: str, reason: str) -> Tuple[str, str]:
         """Record an attempt whose nodes were never had."""
-        self._update(message=None, new_attempt=Attempt(number, status, started),
-                     end_attempt=(status, time.time(), None, reason))
+        self._update(
+            message=None, new_attempt=Attempt(number, status, started), end_attempt=(status, time.time(), None, reason)
+        )
         return status, reason
 
-    def _run_attempt(self, number: int, group: NodeGroup, script: str, secrets: Dict[str, str],
-                     environment: Optional[environments.PreparedEnvironment], started: float,
-                     timeout: Optional[float]) -> Tuple[str, str, bool]:
+    def _run_attempt(
+        self,
+        number: int,
+        group: NodeGroup,
+        script: str,
+        secrets: Dict[str, str],
+        environment: Optional[environments.PreparedEnvironment],
+        started: float,
+        timeout: Optional[float],
+    ) -> Tuple[str, str, bool]:
         spec, plan = self.spec, self.spec.node_plan
         log_paths = [self.folder.node_log(number, node) for node in range(plan.num_nodes)]
         tracked = None
         if attempt_tracking.enabled():
             tracked = attempt_tracking.TrackedAttempt.open(
-                spec, number, [self.folder.file(registry.CONFIG), self.folder.file(registry.HYPERPARAMETERS)],
-                log_paths, previous_run_id=self._previous_run_id)
+                spec,
+                number,
+                [self.folder.file(registry.CONFIG), self.folder.file(registry.HYPERPARAMETERS)],
+                log_paths,
+                previous_run_id=self._previous_run_id,
+            )
             self._previous_run_id = tracked.run_id
         port = group.master_port()
         self._update(
             status=statuses.RUNNING,
             message=None,
             tracking_uri=tracked.tracking_uri if tracked else None,
-            new_attempt=Attempt(number, statuses.RUNNING, started, mlflow_run_id=tracked.run_id if tracked else None,
-                                mlflow_experiment_id=tracked.experiment_id if tracked else None, master_port=port),
+            new_attempt=Attempt(
+                number,
+                statuses.RUNNING,
+                started,
+                mlflow_run_id=tracked.run_id if tracked else None,
+                mlflow_experiment_id=tracked.experiment_id if tracked else None,
+                master_port=port,
+            ),
         )
         outputs = [
-            NodeOutput(log_paths[node], self.folder.node_times(number, node),
-                       secret_store.known_values(self.environ, secrets),
-                       on_alert=functools.partial(self._alert, number, node),
-                       echo=self.echo(number, node) if self.echo else None, name=f"node {node}'s log")
+            NodeOutput(
+                log_paths[node],
+                self.folder.node_times(number, node),
+                secret_store.known_values(self.environ, secrets),
+                on_alert=functools.partial(self._alert, number, node),
+                echo=self.echo(number, node) if self.echo else None,
+                name=f"node {node}'s log",
+            )
             for node in range(plan.num_nodes)
         ]
         status, reason, codes, final = statuses.FAILED, "", None, False
         try:
-            launch = AttemptLaunch(number, script, spec.code_path, self._base_environ(environment),
-                                   self._node_variables(group, port, secrets, tracked), outputs, grace_seconds(),
-                                   spec.dependencies if self.launcher.installs_dependencies else None)
+            launch = AttemptLaunch(
+                number,
+                script,
+                spec.code_path,
+                self._base_environ(environment),
+                self._node_variables(group, port, secrets, tracked),
+                outputs,
+                grace_seconds(),
+                spec.dependencies if self.launcher.installs_dependencies else None,
+            )
             if tracked is not None:
                 tracked.start()
             group.start(launch)
@@ -228,8 +280,9 @@ class WorkloadSupervisor:
             environment.apply(base)
         return base
 
-    def _node_variables(self, group: NodeGroup, port: int, secrets: Dict[str, str],
-                        tracked: Optional[attempt_tracking.TrackedAttempt]) -> List[NodeVariables]:
+    def _node_variables(
+        self, group: NodeGroup, port: int, secrets: Dict[str, str], tracked: Optional[attempt_tracking.TrackedAttempt]
+    ) -> List[NodeVariables]:
         spec, plan = self.spec, self.spec.node_plan
         hyperparameters = self.folder.node_file(registry.HYPERPARAMETERS) if spec.has_parameters else None
         address = group.master_address()
@@ -241,17 +294,24 @@ class WorkloadSupervisor:
             devices = {}
         return [
             NodeVariables(
-                num_nodes=plan.num_nodes, node_rank=node, master_addr=address, master_port=port,
-                local_world_size=plan.local_world_size, code_source_path=spec.code_path,
-                hyperparameters_path=hyperparameters, tracking=tracked.environ() if tracked else None,
-                workload_variables={**spec.env_variables, **secrets}, device_variables=devices,
+                num_nodes=plan.num_nodes,
+                node_rank=node,
+                master_addr=address,
+                master_port=port,
+                local_world_size=plan.local_world_size,
+                code_source_path=spec.code_path,
+                hyperparameters_path=hyperparameters,
+                tracking=tracked.environ() if tracked else None,
+                workload_variables={**spec.env_variables, **secrets},
+                device_variables=devices,
                 checkpoint_dir=self.folder.node_file(CHECKPOINTS),
             )
             for node in range(plan.num_nodes)
         ]
 
-    def _wait(self, group: NodeGroup, started: float, timeout: Optional[float],
-              outputs: Sequence[NodeOutput] = ()) -> Tuple[str, str, Optional[List[int]]]:
+    def _wait(
+        self, group: NodeGroup, started: float, timeout: Optional[float], outputs: Sequence[NodeOutput] = ()
+    ) -> Tuple[str, str, Optional[List[int]]]:
         deadline = None if timeout is None else started + timeout
         while True:
             codes = group.wait(_POLL_SECONDS)
@@ -309,8 +369,17 @@ class WorkloadSupervisor:
                 known.count += 1
             elif len(self._alerts) < MAX_ALERTS:
                 pattern = found.pattern
-                self._alerts[key] = Alert(attempt, node, found.line_number, pattern.id, pattern.title,
-                                          pattern.severity, pattern.consequence, found.hint, found.line[:1000])
+                self._alerts[key] = Alert(
+                    attempt,
+                    node,
+                    found.line_number,
+                    pattern.id,
+                    pattern.title,
+                    pattern.severity,
+                    pattern.consequence,
+                    found.hint,
+                    found.line[:1000],
+                )
             self._alerts_changed = True
 
     def _flush_alerts(self) -> None:

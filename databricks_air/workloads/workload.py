@@ -37,7 +37,11 @@ class Compute:
         if self.gpus_per_node is None:
             return f"{self.num_accelerators} x CPU"
         if self.nodes == 1:
-            return f"{self.num_accelerators} x {self.accelerator_type}" if self.gpus_per_node == 1 else self.accelerator_type
+            return (
+                f"{self.num_accelerators} x {self.accelerator_type}"
+                if self.gpus_per_node == 1
+                else self.accelerator_type
+            )
         return f"{self.nodes} x {self.accelerator_type} ({self.num_accelerators} GPUs)"
 
 
@@ -125,10 +129,16 @@ class Workload:
     @property
     def databricks_only_fields(self) -> Tuple[str, ...]:
         """The fields this file sets that only Databricks uses (permissions, policies, reserved capacity...)."""
-        found = [name for name in ("permissions", "usage_policy_name", "usage_policy_id", "mlflow_artifact_location")
-                 if self.document.get(name) is not None]
-        found += [f"compute.{name}" for name in ("pool_id", "provisioned_capacity_id", "priority_class")
-                  if (self.document.get("compute") or {}).get(name) is not None]
+        found = [
+            name
+            for name in ("permissions", "usage_policy_name", "usage_policy_id", "mlflow_artifact_location")
+            if self.document.get(name) is not None
+        ]
+        found += [
+            f"compute.{name}"
+            for name in ("pool_id", "provisioned_capacity_id", "priority_class")
+            if (self.document.get("compute") or {}).get(name) is not None
+        ]
         return tuple(found)
 
     @property
@@ -136,5 +146,8 @@ class Workload:
         """``environment.docker_image`` or ``environment.unity_catalog_image``, as the file spells it, if set."""
         if self.environment.image is None:
             return None
-        return "unity_catalog_image" if "unity_catalog_image" in (self.document.get("environment") or {}) \
+        return (
+            "unity_catalog_image"
+            if "unity_catalog_image" in (self.document.get("environment") or {})
             else "docker_image"
+        )

@@ -38,7 +38,9 @@ _CORE_TAGS = {f"{_CORE}{name}" for name in ("str", "int", "float", "bool", "null
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 
 
 class Int(int):
@@ -98,22 +100,36 @@ class _Loader(yaml.SafeLoader):
             event = self.peek_event()
             line = event.start_mark.line + 1
             if self.check_event(AliasEvent):
-                raise Refused(self._field(), f"uses the YAML alias *{event.anchor} (line {line}): anchors and aliases "
-                              "are not supported in a workload file; write the value out in full", event.start_mark)
+                raise Refused(
+                    self._field(),
+                    f"uses the YAML alias *{event.anchor} (line {line}): anchors and aliases "
+                    "are not supported in a workload file; write the value out in full",
+                    event.start_mark,
+                )
             if event.anchor is not None:
-                raise Refused(self._field(), f"has the YAML anchor &{event.anchor} (line {line}): anchors and "
-                              "aliases are not supported in a workload file; write the value out in full",
-                              event.start_mark)
+                raise Refused(
+                    self._field(),
+                    f"has the YAML anchor &{event.anchor} (line {line}): anchors and "
+                    "aliases are not supported in a workload file; write the value out in full",
+                    event.start_mark,
+                )
             tag = getattr(event, "tag", None)
             if tag is not None and tag not in _CORE_TAGS:
-                shown = "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
-                raise Refused(self._field(), f"has the YAML tag {shown} (line {line}): a workload file holds only "
-                              "strings, numbers, booleans, lists and mappings; remove the tag", event.start_mark)
+                shown = "!!" + tag[len(_CORE) :] if tag.startswith(_CORE) else tag
+                raise Refused(
+                    self._field(),
+                    f"has the YAML tag {shown} (line {line}): a workload file holds only "
+                    "strings, numbers, booleans, lists and mappings; remove the tag",
+                    event.start_mark,
+                )
             if len(self._path) > MAX_DEPTH and self.check_event(SequenceStartEvent, MappingStartEvent):
                 top = next((part for part in self._path[1:] if isinstance(part, str)), "")
-                raise Refused(top, f"is nested more than {MAX_DEPTH} levels deep (line {line}): a workload file "
-                              "holds settings, not data; flatten it, or put the data in a file of code_source",
-                              event.start_mark)
+                raise Refused(
+                    top,
+                    f"is nested more than {MAX_DEPTH} levels deep (line {line}): a workload file "
+                    "holds settings, not data; flatten it, or put the data in a file of code_source",
+                    event.start_mark,
+                )
             node = super().compose_node(parent, index)
             if isinstance(node, ScalarNode) and node.tag == f"{_CORE}int":
                 self._check_integer(node)
@@ -135,8 +151,12 @@ class _Loader(yaml.SafeLoader):
     def _check_integer(self, node: ScalarNode) -> None:
         digits = len(node.value.lstrip("+-").removeprefix("0x").removeprefix("0o"))
         if digits > MAX_INTEGER_DIGITS:
-            raise Refused(self._field(), f"is an integer of {digits} digits (line {node.start_mark.line + 1}): at most "
-                          f"{MAX_INTEGER_DIGITS} are allowed; quote it if it is text", node.start_mark)
+            raise Refused(
+                self._field(),
+                f"is an integer of {digits} digits (line {node.start_mark.line + 1}): at most "
+                f"{MAX_INTEGER_DIGITS} are allowed; quote it if it is text",
+                node.start_mark,
+            )
 
     def _check_keys(self, node: MappingNode) -> None:
         seen: Dict[Tuple[str, str], int] = {}
@@ -147,8 +167,11 @@ class _Loader(yaml.SafeLoader):
             first = seen.get((key.tag, key.value))
             if first is not None:
                 lines = f"lines {first} and {line}" if first != line else f"line {line}"
-                raise Refused(self._field(key.value), f"is given twice ({lines}): keep one of them (YAML would "
-                              "silently keep the last)", key.start_mark)
+                raise Refused(
+                    self._field(key.value),
+                    f"is given twice ({lines}): keep one of them (YAML would silently keep the last)",
+                    key.start_mark,
+                )
             seen[(key.tag, key.value)] = line
 
 

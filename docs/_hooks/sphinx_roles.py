@@ -22,8 +22,24 @@ import griffe
 
 ROLE = re.compile(r":(?:class|func|meth|mod|exc|attr|data|obj|py:\w+):`(?P<target>[^`]+)`")
 _SECTION_TITLES = {
-    "example", "examples", "note", "notes", "warning", "warnings", "args", "arguments", "parameters", "returns",
-    "return", "raises", "yields", "attributes", "see also", "todo", "tip", "important",
+    "example",
+    "examples",
+    "note",
+    "notes",
+    "warning",
+    "warnings",
+    "args",
+    "arguments",
+    "parameters",
+    "returns",
+    "return",
+    "raises",
+    "yields",
+    "attributes",
+    "see also",
+    "todo",
+    "tip",
+    "important",
 }
 
 

@@ -58,8 +58,13 @@ def file_cache(
     tmp_path: Path, filesystem: Optional[VolumeFileSystem] = None, limit_bytes: Optional[int] = None
 ) -> FileCache:
     """A :class:`FileCache` in ``tmp_path/cache``: no free-disk floor, one attempt per copy."""
-    return FileCache(str(tmp_path / "cache"), limit_bytes=limit_bytes, min_free_bytes=0,
-                     filesystem=filesystem or VolumeFileSystem(), retry=RetryPolicy(attempts=1, total_seconds=1.0))
+    return FileCache(
+        str(tmp_path / "cache"),
+        limit_bytes=limit_bytes,
+        min_free_bytes=0,
+        filesystem=filesystem or VolumeFileSystem(),
+        retry=RetryPolicy(attempts=1, total_seconds=1.0),
+    )
 
 
 @pytest.fixture

@@ -89,8 +89,9 @@ def test_on_error_skip_keeps_every_rank_count_and_records_the_file(
 def test_on_error_skip_records_skipped_files_in_the_state_mid_epoch(files: Callable[..., Path]) -> None:
     folder = files(8)
     flaky = FlakyFileSystem({"f0001.bin": 100}, _eio())
-    loader = DataLoader(UCVolumeDataset(folder, filesystem=flaky, on_error="skip", retries=1), batch_size=2,
-                        num_workers=0)
+    loader = DataLoader(
+        UCVolumeDataset(folder, filesystem=flaky, on_error="skip", retries=1), batch_size=2, num_workers=0
+    )
     iterator = iter(loader)
     first = next(iterator)
     assert os.path.basename(first[1]) == "f0000.bin"  # the slot is filled with another file
@@ -104,8 +105,9 @@ def test_on_error_skip_with_nothing_readable_still_fails(files: Callable[..., Pa
         list(UCVolumeDataset(folder, filesystem=flaky, on_error="skip", retries=1))
 
 
-def test_without_a_process_group_a_multi_rank_environment_is_refused(files: Callable[..., Path],
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_process_group_a_multi_rank_environment_is_refused(
+    files: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     dataset = UCVolumeDataset(files(3))
     with pytest.raises(RuntimeError, match="WORLD_SIZE=2 but torch.distributed has no process group"):

@@ -45,12 +45,14 @@ def _open_all(batch: List[str]) -> None:
         assert data == index.to_bytes(4, "little") * (SIZE // 4), path  # never a partial or foreign file
 
 
-def test_e1_the_cache_stays_under_its_limit_plus_the_files_in_flight(files: Callable[..., Path],
-                                                                      _private_cache_root: Path) -> None:
+def test_e1_the_cache_stays_under_its_limit_plus_the_files_in_flight(
+    files: Callable[..., Path], _private_cache_root: Path
+) -> None:
     folder = files(60, size=SIZE)
     limit_files, workers, prefetch, batch, threads = 5, 2, 2, 2, 2
-    dataset = UCVolumeDataset(folder, shuffle=True, filesystem=RemoteFileSystem(), cache_limit_bytes=limit_files * SIZE,
-                              io_threads=threads)
+    dataset = UCVolumeDataset(
+        folder, shuffle=True, filesystem=RemoteFileSystem(), cache_limit_bytes=limit_files * SIZE, io_threads=threads
+    )
     loader = DataLoader(dataset, batch_size=batch, num_workers=workers, prefetch_factor=prefetch)
     peak = [0]
     stop = threading.Event()
@@ -104,8 +106,9 @@ def test_e2_the_check_above_fails_when_in_flight_files_are_not_pinned(
     files: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = FileCache._make_room
-    monkeypatch.setattr(FileCache, "_make_room",
-                        lambda self, fd, need, pinned, keep: original(self, fd, need, lambda: set(), keep))
+    monkeypatch.setattr(
+        FileCache, "_make_room", lambda self, fd, need, pinned, keep: original(self, fd, need, lambda: set(), keep)
+    )
     assert _train_with_tiny_cache(files(40, size=SIZE)) > 0
 
 
@@ -148,8 +151,9 @@ def test_e7_a_copy_whose_source_changed_is_fetched_again(files: Callable[..., Pa
     assert RemoteFileSystem(log).logged()["f0001.bin"] == 1
 
 
-def test_e8_auto_reads_local_folders_in_place_and_copies_from_mounts(files: Callable[..., Path],
-                                                                       _private_cache_root: Path) -> None:
+def test_e8_auto_reads_local_folders_in_place_and_copies_from_mounts(
+    files: Callable[..., Path], _private_cache_root: Path
+) -> None:
     folder = files(3)
     local = UCVolumeDataset(folder)
     assert not local.cache_enabled and list(local) == [str(folder / f"f000{i}.bin") for i in range(3)]
@@ -205,8 +209,9 @@ def test_e4_e5_a_killed_run_leaves_no_final_file_and_the_next_run_reclaims_its_f
 ) -> None:
     folder = files(2, size=SIZE)
     script = KILLED_MID_COPY.format(tests=str(Path(__file__).parent.parent), folder=str(folder))
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ})
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, text=True, env={**os.environ}
+    )
     workspace = None
     for line in child.stdout:
         if line.startswith("WORKSPACE"):
@@ -224,8 +229,9 @@ def test_e4_e5_a_killed_run_leaves_no_final_file_and_the_next_run_reclaims_its_f
 
 
 @pytest.mark.slow
-def test_e5_the_cache_is_removed_at_exit_and_jobs_never_share_one(files: Callable[..., Path],
-                                                                    _private_cache_root: Path) -> None:
+def test_e5_the_cache_is_removed_at_exit_and_jobs_never_share_one(
+    files: Callable[..., Path], _private_cache_root: Path
+) -> None:
     folder = files(2)
     alive = Workspace.create(str(_private_cache_root))
     code = textwrap.dedent(f"""
@@ -248,8 +254,13 @@ def test_e5_the_cache_is_removed_at_exit_and_jobs_never_share_one(files: Callabl
 
 def test_e5_forkserver_workers_work_too(files: Callable[..., Path]) -> None:
     folder = files(6, size=SIZE)
-    loader = DataLoader(UCVolumeDataset(folder, filesystem=RemoteFileSystem()), batch_size=3, num_workers=1,
-                        multiprocessing_context="forkserver", persistent_workers=False)
+    loader = DataLoader(
+        UCVolumeDataset(folder, filesystem=RemoteFileSystem()),
+        batch_size=3,
+        num_workers=1,
+        multiprocessing_context="forkserver",
+        persistent_workers=False,
+    )
     batches = list(loader)
     assert [len(b) for b in batches] == [3, 3]
     for batch in batches:

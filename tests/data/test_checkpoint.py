@@ -115,7 +115,7 @@ def test_block_checksums_do_not_depend_on_how_the_bytes_are_cut_or_hashed() -> N
     from databricks.air.data.checksums import BLOCK_SIZE, BlockChecksums
 
     data = memoryview(os.urandom(2 * BLOCK_SIZE + 12345))
-    expected = [zlib.crc32(data[i:i + BLOCK_SIZE]) for i in range(0, len(data), BLOCK_SIZE)]
+    expected = [zlib.crc32(data[i : i + BLOCK_SIZE]) for i in range(0, len(data), BLOCK_SIZE)]
     with ThreadPoolExecutor(3) as pool:
         for cuts in ([0, len(data)], [0, 100, BLOCK_SIZE + 7, len(data) - 1, len(data)], [0, BLOCK_SIZE, len(data)]):
             sums = BlockChecksums()
@@ -334,8 +334,9 @@ def test_a_forked_child_checksums_with_threads_of_its_own(tmp_path: Path) -> Non
     import sys
 
     # In a fresh process: forking pytest itself, whose other threads may hold locks, would test something else.
-    done = subprocess.run([sys.executable, "-c", FORKED_CHILD, str(tmp_path)], capture_output=True, text=True,
-                          timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
@@ -372,8 +373,17 @@ def test_a_load_reads_again_only_the_bytes_no_read_of_torch_covered(
     assert read_again[0] < 64 * 1024, read_again[0]
 
 
-@pytest.mark.parametrize("where", ["before a block boundary", "after a block boundary", "end of an item",
-                                   "start of the next item", "inside an item", "last byte"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "before a block boundary",
+        "after a block boundary",
+        "end of an item",
+        "start of the next item",
+        "inside an item",
+        "last byte",
+    ],
+)
 def test_damage_anywhere_fails_the_load_and_no_damaged_tensor_is_committed(tmp_path: Path, where: str) -> None:
     from databricks.air.data.checksums import BLOCK_SIZE
 

@@ -8,7 +8,7 @@ import os
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 import torch
@@ -50,16 +50,25 @@ def test_one_process_round_trip_of_model_optimizer_scheduler_loader_and_extras(t
     for _ in range(3):
         _train_step(model, optimizer, scheduler)
     checkpointer = Checkpointer(tmp_path / "ckpt")
-    folder = checkpointer.save(3, model=model, optimizer=optimizer, loader=loader, scheduler=scheduler,
-                               epoch=0, best={"loss": 0.5}, ema=torch.arange(3.0))
+    folder = checkpointer.save(
+        3,
+        model=model,
+        optimizer=optimizer,
+        loader=loader,
+        scheduler=scheduler,
+        epoch=0,
+        best={"loss": 0.5},
+        ema=torch.arange(3.0),
+    )
     assert folder == tmp_path / "ckpt" / "step_3"
     assert {".metadata", ".checksums.json"} <= set(os.listdir(folder))
 
     fresh_model, fresh_optimizer, fresh_scheduler = _parts(seed=1)
     fresh_loader = DataLoader(UCVolumeDataset(tmp_path / "volume", shuffle=True, seed=1), batch_size=2, num_workers=0)
     again = Checkpointer(tmp_path / "ckpt")
-    assert again.restore(model=fresh_model, optimizer=fresh_optimizer, loader=fresh_loader,
-                         scheduler=fresh_scheduler) == 3
+    assert (
+        again.restore(model=fresh_model, optimizer=fresh_optimizer, loader=fresh_loader, scheduler=fresh_scheduler) == 3
+    )
     assert _same_tensors(fresh_model.state_dict(), model.state_dict())
     for key, value in optimizer.state_dict()["state"][0].items():
         assert torch.equal(fresh_optimizer.state_dict()["state"][0][key], value), key
@@ -150,8 +159,11 @@ def test_a_checkpoint_with_a_corrupted_shard_is_passed_over_naming_the_file(tmp_
 
     # When no complete checkpoint restores, that is an error, not a fresh start.
     corrupt_largest_shard(tmp_path / "step_1")
-    with pytest.raises(CorruptCheckpointError, match=f"no checkpoint under {tmp_path} could be restored: "
-                       "step_2: checkpoint file .* is corrupted.*; step_1: checkpoint file .* is corrupted"):
+    with pytest.raises(
+        CorruptCheckpointError,
+        match=f"no checkpoint under {tmp_path} could be restored: "
+        "step_2: checkpoint file .* is corrupted.*; step_1: checkpoint file .* is corrupted",
+    ):
         checkpointer.restore(model=fresh, optimizer=fresh_optimizer)
 
 
@@ -160,8 +172,11 @@ def test_what_the_checkpoint_lacks_or_cannot_restore_in_place_is_refused(tmp_pat
     model, optimizer, scheduler = _parts()
     checkpointer = Checkpointer(tmp_path)
     checkpointer.save(7, model=model, epoch=2)
-    with pytest.raises(StateMismatchError, match=r"step_7 has no optimizer, scheduler: it was saved without it "
-                                                 r"\(it holds model\)"):
+    with pytest.raises(
+        StateMismatchError,
+        match=r"step_7 has no optimizer, scheduler: it was saved without it "
+        r"\(it holds model\)",
+    ):
         checkpointer.restore(model=model, optimizer=optimizer, scheduler=scheduler)
     with pytest.raises(TypeError, match=r"restore\(epoch=...\).*come back in checkpointer.extra\['epoch'\]"):
         checkpointer.restore(model=model, epoch=0)
@@ -221,9 +236,12 @@ def _train(folder: str, root: str, epochs: int, stop_after: Optional[int]) -> Di
     step = checkpointer.restore(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler) or 0
 
     def snapshot() -> Dict[str, Any]:
-        return {"model": {k: v.tolist() for k, v in model.module.state_dict().items()},
-                "exp_avg": [optimizer.state[p]["exp_avg"].tolist() for p in model.parameters() if p in optimizer.state],
-                "lr": optimizer.param_groups[0]["lr"], "scheduler": scheduler.state_dict()["last_epoch"]}
+        return {
+            "model": {k: v.tolist() for k, v in model.module.state_dict().items()},  # noqa: F821 - before the del
+            "exp_avg": [optimizer.state[p]["exp_avg"].tolist() for p in model.parameters() if p in optimizer.state],  # noqa: F821
+            "lr": optimizer.param_groups[0]["lr"],
+            "scheduler": scheduler.state_dict()["last_epoch"],
+        }
 
     result = {"started": step, "restored": snapshot(), "seen": [], "saved": None}
     for epoch in range(loader.epoch, epochs):
@@ -238,8 +256,9 @@ def _train(folder: str, root: str, epochs: int, stop_after: Optional[int]) -> Di
             step += 1
             result["seen"] += [[epoch, os.path.basename(p)] for p in paths]
             if checkpointer.should_save(step):
-                checkpointer.save(step, model=model, optimizer=optimizer, loader=loader, scheduler=scheduler,
-                                  epoch=epoch)
+                checkpointer.save(
+                    step, model=model, optimizer=optimizer, loader=loader, scheduler=scheduler, epoch=epoch
+                )
                 result["saved"] = snapshot()
             if step == stop_after:
                 break
@@ -273,7 +292,8 @@ def test_two_ranks_resume_mid_epoch_every_file_once_and_the_state_as_saved(tmp_p
     assert (error.step, error.epoch, error.saved_world_size, error.world_size) == (4, 1, 2, 1)
     assert str(error).startswith(
         f"restored model, optimizer, scheduler, the plain extras from {root / 'step_4'} (step 4) but not the loader "
-        "position (epoch 1): it was saved by 2 rank(s) and this run has 1.")
+        "position (epoch 1): it was saved by 2 rank(s) and this run has 1."
+    )
     assert "on_world_size_change='restart_epoch'" in str(error)
     assert {k: v.tolist() for k, v in model.state_dict().items()} == first[0]["saved"]["model"]
     assert [optimizer.state[p]["exp_avg"].tolist() for p in model.parameters()] == first[0]["saved"]["exp_avg"]
@@ -311,6 +331,7 @@ def _save_until_killed(root: str, folder: str, killed_at: int) -> None:
     checkpointer = Checkpointer(root, keep=3)
     for step in (1, 2, 3):
         if step == killed_at and dist.get_rank() == 1:
+
             def write_half_then_die(stream: Any, data: Any) -> int:
                 view = memoryview(data).cast("B")
                 stream._raw.write(view[: len(view) // 2])
@@ -359,8 +380,10 @@ def test_a_rank_killed_during_a_save_and_a_corrupted_shard_fall_back_to_the_prev
     for result in results:
         assert result["step"] == 1
         (unfinished, why_unfinished), (corrupt, why_corrupt) = result["skipped"]
-        assert (unfinished, why_unfinished) == (str(root / "step_3"), "unfinished: no .metadata (its save did not "
-                                                                       "finish)")
+        assert (unfinished, why_unfinished) == (
+            str(root / "step_3"),
+            "unfinished: no .metadata (its save did not finish)",
+        )
         assert corrupt == str(root / "step_2") and f"checkpoint file {damaged} is corrupted" in why_corrupt
     shutil.rmtree(root)
 

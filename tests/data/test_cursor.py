@@ -114,9 +114,7 @@ def test_a_subclass_s_iter_is_served_the_loader_s_pass_with_and_without_workers(
         assert list(loader.dataset)[:2] == ["f0000.bin", "f0001.bin"]  # then a direct iteration of its own
 
 
-def test_a_control_block_opened_while_it_is_being_created_reads_zeros_and_keeps_what_is_written(
-    tmp_path: Path
-) -> None:
+def test_a_control_block_opened_while_it_is_being_created_reads_zeros_and_keeps_what_is_written(tmp_path: Path) -> None:
     path = tmp_path / "control"
     path.touch()  # created by another process, its bytes not written yet
     assert _published(Control(str(path))) == [0, 0, 0, 0]

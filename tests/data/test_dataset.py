@@ -50,8 +50,9 @@ def test_real_workers_yield_the_rank_share_in_order_with_equal_batches(
 def test_lengths_are_exact_and_equal_on_every_rank_with_drop_last(files: Callable[..., Path]) -> None:
     folder = files(22)
     for rank in range(2):
-        loader = DataLoader(UCVolumeDataset(folder, rank=rank, world_size=2), batch_size=4, num_workers=3,
-                            drop_last=True)
+        loader = DataLoader(
+            UCVolumeDataset(folder, rank=rank, world_size=2), batch_size=4, num_workers=3, drop_last=True
+        )
         batches = list(loader)
         assert len(loader) == len(batches) == 2  # 11 files per rank: 2 full batches, the partial one dropped
         assert all(len(b) == 4 for b in batches)
@@ -81,8 +82,9 @@ def test_f4_fewer_batches_than_workers_warns_and_stays_equal(
     counts = []
     with caplog.at_level(logging.WARNING, logger="databricks.air.data"):
         for rank in range(2):
-            loader = DataLoader(UCVolumeDataset(folder, rank=rank, world_size=2), batch_size=1, num_workers=3,
-                                persistent_workers=False)
+            loader = DataLoader(
+                UCVolumeDataset(folder, rank=rank, world_size=2), batch_size=1, num_workers=3, persistent_workers=False
+            )
             counts.append(len(list(loader)))
     assert counts == [2, 2]
     assert "worker(s) 2 get no files" in caplog.text
@@ -108,10 +110,12 @@ def test_the_epoch_advances_by_itself_and_set_epoch_agrees(files: Callable[..., 
 
 def test_shuffle_is_the_same_after_a_restart_and_on_every_rank(files: Callable[..., Path]) -> None:
     folder = files(41)
-    first = [list(UCVolumeDataset(folder, shuffle=True, seed=3, rank=r, world_size=2, equalize="none"))
-             for r in range(2)]
-    again = [list(UCVolumeDataset(folder, shuffle=True, seed=3, rank=r, world_size=2, equalize="none"))
-             for r in range(2)]
+    first = [
+        list(UCVolumeDataset(folder, shuffle=True, seed=3, rank=r, world_size=2, equalize="none")) for r in range(2)
+    ]
+    again = [
+        list(UCVolumeDataset(folder, shuffle=True, seed=3, rank=r, world_size=2, equalize="none")) for r in range(2)
+    ]
     assert first == again
     assert sorted(first[0] + first[1]) == sorted(str(folder / f"f{i:04d}.bin") for i in range(41))
 
@@ -127,8 +131,7 @@ def test_iterating_the_dataset_directly_yields_local_paths_of_the_rank_share(fil
 def test_spawned_workers_know_their_rank_and_share_the_cache(files: Callable[..., Path]) -> None:
     folder = files(8)
     dataset = UCVolumeDataset(folder, rank=1, world_size=2, cache=True)
-    loader = DataLoader(dataset, batch_size=2, num_workers=1, multiprocessing_context="spawn",
-                        persistent_workers=True)
+    loader = DataLoader(dataset, batch_size=2, num_workers=1, multiprocessing_context="spawn", persistent_workers=True)
     first = list(loader)
     assert _names(first) == ["f0001.bin", "f0003.bin", "f0005.bin", "f0007.bin"]
     cache = Path(dataset._storage.workspace.path) / "files"
@@ -172,15 +175,24 @@ def test_a_plain_torch_dataloader_with_the_dataset_batch_size_also_equalizes(fil
 
 def test_metrics_go_to_the_sink_with_the_reference_names(files: Callable[..., Path]) -> None:
     logged = []
-    loader = DataLoader(UCVolumeDataset(files(6)), batch_size=2, num_workers=0,
-                        metrics=lambda metrics, step: logged.append((step, metrics)))
+    loader = DataLoader(
+        UCVolumeDataset(files(6)),
+        batch_size=2,
+        num_workers=0,
+        metrics=lambda metrics, step: logged.append((step, metrics)),
+    )
     list(loader)
     assert logged and logged[-1][0] == 3
     keys = set(logged[-1][1])
-    assert {"dataloader/fetch_seconds/rank_0", "dataloader/fetch_seconds_variance/rank_0",
-            "dataloader/between_next_seconds/rank_0", "dataloader/between_next_seconds_variance/rank_0"} == keys
-    failing = DataLoader(UCVolumeDataset(files(6, name="other")), batch_size=2, num_workers=0,
-                         metrics=lambda metrics, step: 1 / 0)
+    assert {
+        "dataloader/fetch_seconds/rank_0",
+        "dataloader/fetch_seconds_variance/rank_0",
+        "dataloader/between_next_seconds/rank_0",
+        "dataloader/between_next_seconds_variance/rank_0",
+    } == keys
+    failing = DataLoader(
+        UCVolumeDataset(files(6, name="other")), batch_size=2, num_workers=0, metrics=lambda metrics, step: 1 / 0
+    )
     assert len(list(failing)) == 3  # a failing sink never stops training
 
 
@@ -197,7 +209,7 @@ class _Counting(torch.utils.data.IterableDataset):
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         mine = list(range(worker, self.n, workers))
         self.yielded = self.skip
-        for value in mine[self.skip:]:
+        for value in mine[self.skip :]:
             self.yielded += 1
             yield value
         self.skip = 0
@@ -243,11 +255,12 @@ def _names_and_sizes(paths: List[str]) -> tuple:
 
 
 def test_h1_the_state_counts_delivered_batches_with_a_custom_collate_and_prefetching(
-    files: Callable[..., Path]
+    files: Callable[..., Path],
 ) -> None:
     folder = files(20)
-    loader = DataLoader(UCVolumeDataset(folder), batch_size=3, num_workers=2, prefetch_factor=4,
-                        collate_fn=_names_and_sizes)
+    loader = DataLoader(
+        UCVolumeDataset(folder), batch_size=3, num_workers=2, prefetch_factor=4, collate_fn=_names_and_sizes
+    )
     iterator = iter(loader)
     first = next(iterator)
     assert first == (("f0000.bin", "f0001.bin", "f0002.bin"), 48)

@@ -34,12 +34,23 @@ def test_the_data_page_examples_run_on_two_cpu_ranks(tmp_path: Path) -> None:
     spec.write_text(json.dumps({"page": "docs/data.md", "blocks": blocks}))
     work = tmp_path / "work"
     work.mkdir()
-    environ = {name: value for name, value in os.environ.items()
-               if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_"))}
-    environ.update(DATABRICKS_AIR_ACCELERATOR_TYPE="CPU", DATABRICKS_AIR_MLFLOW="0",
-                   DATABRICKS_AIR_LOG_DIR=str(tmp_path / "logs"))
-    done = run_or_show_stacks([sys.executable, str(RUNNER), str(spec)], cwd=work, env=environ,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("MLFLOW_", "DATABRICKS_AIR_", "PYTEST_"))
+    }
+    environ.update(
+        DATABRICKS_AIR_ACCELERATOR_TYPE="CPU", DATABRICKS_AIR_MLFLOW="0", DATABRICKS_AIR_LOG_DIR=str(tmp_path / "logs")
+    )
+    done = run_or_show_stacks(
+        [sys.executable, str(RUNNER), str(spec)],
+        cwd=work,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-8000:]
     assert "[17, 17] [9, 9]" in done.stdout
     assert "'.checksums.json', '.metadata', '__0_0.distcp'" in done.stdout

@@ -30,8 +30,9 @@ def _names(batch: Any) -> Any:
     return os.path.basename(batch) if isinstance(batch, str) else [os.path.basename(p) for p in batch]
 
 
-@pytest.mark.parametrize("batch_size, drop_last", [(None, False), (1, False), (3, False), (5, False), (1, True),
-                                                   (3, True), (5, True)])  # torch refuses drop_last unbatched
+@pytest.mark.parametrize(
+    "batch_size, drop_last", [(None, False), (1, False), (3, False), (5, False), (1, True), (3, True), (5, True)]
+)  # torch refuses drop_last unbatched
 @pytest.mark.parametrize("cache", [False, True])
 def test_in_process_batches_are_torch_s_batches(
     files: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, batch_size: Any, drop_last: bool, cache: bool
@@ -50,13 +51,20 @@ def test_in_process_batches_are_torch_s_batches(
 
 
 def test_in_process_batches_use_the_collate_fn_and_know_their_length(files: Callable[..., Path]) -> None:
-    loader = DataLoader(UCVolumeDataset(files(7)), batch_size=3, num_workers=0,
-                        collate_fn=lambda paths: tuple(sorted(os.path.basename(p) for p in paths)))
+    loader = DataLoader(
+        UCVolumeDataset(files(7)),
+        batch_size=3,
+        num_workers=0,
+        collate_fn=lambda paths: tuple(sorted(os.path.basename(p) for p in paths)),
+    )
     iterator = iter(loader)
     assert isinstance(iterator._inner, InProcessBatches)
     assert len(iterator) == len(loader) == 3
-    assert list(iterator) == [("f0000.bin", "f0001.bin", "f0002.bin"), ("f0003.bin", "f0004.bin", "f0005.bin"),
-                              ("f0006.bin",)]
+    assert list(iterator) == [
+        ("f0000.bin", "f0001.bin", "f0002.bin"),
+        ("f0003.bin", "f0004.bin", "f0005.bin"),
+        ("f0006.bin",),
+    ]
     assert next(iterator, None) is None  # an ended pass stays ended
 
 
@@ -140,8 +148,7 @@ def test_on_error_skip_with_one_io_thread_keeps_the_count(files: Callable[..., P
     assert names[1:3] == ["f0001.bin", "f0001.bin"]  # the file before fills the slot
 
 
-def test_direct_iteration_with_one_io_thread_copies_each_file_once(files: Callable[..., Path],
-                                                                   tmp_path: Path) -> None:
+def test_direct_iteration_with_one_io_thread_copies_each_file_once(files: Callable[..., Path], tmp_path: Path) -> None:
     log = str(tmp_path / "copies.log")
     dataset = UCVolumeDataset(files(5), filesystem=RemoteFileSystem(log), io_threads=1)
     first, second = list(dataset), list(dataset)
@@ -162,8 +169,20 @@ cache.fetch(source, relative, lambda: set())
 
 
 def _fetch_in_another_process(cache: FileCache, source: Path, limit: Any, min_free: int = 0) -> None:
-    subprocess.run([sys.executable, "-c", FETCH_IN_ANOTHER_PROCESS, os.path.dirname(cache.files_dir),
-                    str(limit).lower(), str(min_free), str(source), source.name], check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FETCH_IN_ANOTHER_PROCESS,
+            os.path.dirname(cache.files_dir),
+            str(limit).lower(),
+            str(min_free),
+            str(source),
+            source.name,
+        ],
+        check=True,
+        timeout=120,
+    )
 
 
 def test_a_copy_found_fresh_is_not_looked_at_again_in_this_process(

@@ -13,8 +13,20 @@ from databricks.air.data.filesystem import VolumeFileSystem
 
 
 def _tree(root: Path) -> None:
-    for relative in ["b.txt", "a.txt", "sub/c.jpg", "sub/deeper/d.jpg", "sub/e.txt", ".hidden", "_SUCCESS",
-                     "part.tmp", "notes~", "_logs/x.txt", ".git/config", "z.jpg"]:
+    for relative in [
+        "b.txt",
+        "a.txt",
+        "sub/c.jpg",
+        "sub/deeper/d.jpg",
+        "sub/e.txt",
+        ".hidden",
+        "_SUCCESS",
+        "part.tmp",
+        "notes~",
+        "_logs/x.txt",
+        ".git/config",
+        "z.jpg",
+    ]:
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(relative)

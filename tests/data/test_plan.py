@@ -95,8 +95,10 @@ def test_b2_equal_batches_per_rank_over_the_whole_sweep() -> None:
             ours = {rank_batches(plan.share_length(n, world, rank, "pad"), batch, workers) for rank in range(world)}
             ours_unequal += len(ours) > 1
             reference = {
-                sum(_torch_batches(len(range(w * world + rank, n, world * workers)), batch, False)
-                    for w in range(workers))
+                sum(
+                    _torch_batches(len(range(w * world + rank, n, world * workers)), batch, False)
+                    for w in range(workers)
+                )
                 for rank in range(world)
             }
             reference_unequal += len(reference) > 1
@@ -171,7 +173,7 @@ def test_with_one_file_per_batch_and_none_the_split_is_the_reference_stride() ->
         share = plan.rank_share(order, world, rank, "none")
         for worker in range(workers):
             ours = [share[p] for p in plan.worker_positions(len(share), 0, 1, False, workers, worker)]
-            assert ours == list(range(n))[worker * world + rank::world * workers]
+            assert ours == list(range(n))[worker * world + rank :: world * workers]
 
 
 def test_a_resumed_pass_deals_only_the_remaining_positions_in_order() -> None:

@@ -44,8 +44,10 @@ def _train_and_checkpoint(folder: str, checkpoint: str) -> Dict[str, Any]:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     full = torch.arange(24, dtype=torch.float32).reshape(6, 4)
     sharded = distribute_tensor(full, mesh, [Shard(0)])
-    dcp.save({"w": sharded, f"loader_{rank}": loader, "bias": model.module.bias.detach()},
-             storage_writer=UCVolumeWriter(checkpoint))
+    dcp.save(
+        {"w": sharded, f"loader_{rank}": loader, "bias": model.module.bias.detach()},
+        storage_writer=UCVolumeWriter(checkpoint),
+    )
     restored = distribute_tensor(torch.zeros(6, 4), mesh, [Shard(0)])
     fresh = DataLoader(UCVolumeDataset(folder, shuffle=True, seed=1), batch_size=3, num_workers=0)
     dcp.load({"w": restored, f"loader_{rank}": fresh}, storage_reader=UCVolumeReader(checkpoint))

@@ -43,13 +43,15 @@ def _flat(batches: List[Any]) -> List[str]:
 def _sweep() -> List[Dict[str, Any]]:
     """Every batch size with no workers and with 1, 2 and 4 workers; the four (prefetch_factor,
     persistent_workers) pairs each appear with every worker count and every batch size."""
-    configs = [{"workers": 0, "batch": batch, "prefetch": None, "persistent": False, "cache": False}
-               for batch in (None, 1, 4)]
+    configs = [
+        {"workers": 0, "batch": batch, "prefetch": None, "persistent": False, "cache": False} for batch in (None, 1, 4)
+    ]
     pairs = list(itertools.product((1, 4), (True, False)))
     for index, (workers, batch) in enumerate(itertools.product((1, 2, 4), (None, 1, 4))):
         prefetch, persistent = pairs[index % len(pairs)]
-        configs.append({"workers": workers, "batch": batch, "prefetch": prefetch, "persistent": persistent,
-                        "cache": workers == 2})  # the cache's pinning is exercised on a slice of the sweep
+        configs.append(
+            {"workers": workers, "batch": batch, "prefetch": prefetch, "persistent": persistent, "cache": workers == 2}
+        )  # the cache's pinning is exercised on a slice of the sweep
     return configs
 
 
@@ -71,8 +73,9 @@ json.dump(results, open({out!r}, "w"))
 
 
 @pytest.mark.slow
-def test_d1_d3_d4_a_fresh_loader_in_a_new_process_yields_exactly_the_rest(files: Callable[..., Path],
-                                                                           tmp_path: Path) -> None:
+def test_d1_d3_d4_a_fresh_loader_in_a_new_process_yields_exactly_the_rest(
+    files: Callable[..., Path], tmp_path: Path
+) -> None:
     folder = files(N_FILES)
     cases = []
     expected = {}
@@ -91,15 +94,20 @@ def test_d1_d3_d4_a_fresh_loader_in_a_new_process_yields_exactly_the_rest(files:
                 continue  # every k with 0 and 2 workers; one step in and the epoch edge with 1 and 4
             case_id = f"{_config_key(config)}@{k}"
             following = k == 1 and (config["persistent"] or config["workers"] == 0)
-            cases.append({"id": case_id, "folder": str(folder), "config": config, "state": state,
-                          "following": following})
+            cases.append(
+                {"id": case_id, "folder": str(folder), "config": config, "state": state, "following": following}
+            )
             expected[case_id] = (_flat(batches[k:]) if k < total else next_epoch, next_epoch, k, total)
     cases_file, out_file = tmp_path / "cases.json", tmp_path / "out.json"
     cases_file.write_text(json.dumps(cases))
-    script = RESUME_IN_CHILD.format(tests=str(Path(__file__).parent.parent), cases=str(cases_file),
-                                    out=str(out_file))
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    script = RESUME_IN_CHILD.format(tests=str(Path(__file__).parent.parent), cases=str(cases_file), out=str(out_file))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out_file.read_text())
     assert len(results) == len(cases) >= 40
@@ -136,8 +144,9 @@ def test_d2_repeated_resumes_stay_aligned_with_the_uninterrupted_run(files: Call
     folder = files(40)
 
     def make() -> DataLoader:
-        return DataLoader(UCVolumeDataset(folder, shuffle=True, seed=2), batch_size=3, num_workers=2,
-                          persistent_workers=True)
+        return DataLoader(
+            UCVolumeDataset(folder, shuffle=True, seed=2), batch_size=3, num_workers=2, persistent_workers=True
+        )
 
     uninterrupted = _flat(list(make()))
     received: List[str] = []
@@ -162,8 +171,7 @@ def test_workers_and_batch_size_may_change_between_save_and_resume(files: Callab
     iterator = iter(first)
     taken = _flat([next(iterator) for _ in range(3)])
     rest = _flat(list(iterator))
-    other = DataLoader(UCVolumeDataset(folder, shuffle=True), batch_size=5, num_workers=3,
-                       persistent_workers=False)
+    other = DataLoader(UCVolumeDataset(folder, shuffle=True), batch_size=5, num_workers=3, persistent_workers=False)
     other.load_state_dict(first.state_dict() if False else {**json.loads(json.dumps(_state_after(folder, 3)))})
     assert _flat(list(other)) == rest
     assert len(taken) == 12
@@ -186,7 +194,7 @@ def test_d5_loading_then_saving_round_trips_byte_for_byte(files: Callable[..., P
 
 
 def test_d5_a_state_loaded_during_an_iteration_stops_it_and_the_next_iteration_resumes(
-    files: Callable[..., Path]
+    files: Callable[..., Path],
 ) -> None:
     folder = files(10)
     state = _state_after(folder, 2)  # 8 of 10 delivered

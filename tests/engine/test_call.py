@@ -62,8 +62,18 @@ class ScriptedCall(Call):
 
 
 def make_launch(tmp_path: Path, **changes: object) -> Launch:
-    settings = dict(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[], argv=[],
-                    log_dir=str(tmp_path), grace_period=0.05)
+    settings = dict(
+        name="f",
+        world_size=2,
+        function=b"",
+        arguments=b"",
+        environ={},
+        cwd=str(tmp_path),
+        sys_path=[],
+        argv=[],
+        log_dir=str(tmp_path),
+        grace_period=0.05,
+    )
     settings.update(changes)
     return Launch(**settings)  # type: ignore[arg-type]
 
@@ -94,8 +104,9 @@ def test_the_first_failure_stops_the_others_with_grace_and_names_its_reason(tmp_
 
 
 def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path: Path) -> None:
-    call = ScriptedCall(make_launch(tmp_path), {0: (None, RankRecord.returned("never")), 1: (1, failure("boom"))},
-                        obey=False)
+    call = ScriptedCall(
+        make_launch(tmp_path), {0: (None, RankRecord.returned("never")), 1: (1, failure("boom"))}, obey=False
+    )
     with pytest.raises(ValueError):
         call.run()
     assert [(name, ranks) for name, ranks, _ in call.sent] == [("SIGTERM", [0]), ("SIGKILL", [0])]
@@ -103,8 +114,10 @@ def test_ranks_that_ignore_sigterm_are_killed_after_the_grace_period(tmp_path: P
 
 
 def test_the_timeout_stops_every_rank_and_is_the_calls_error(tmp_path: Path) -> None:
-    call = ScriptedCall(make_launch(tmp_path, timeout=0.05, timeout_note="Raise it. "),
-                        {0: (None, RankRecord.returned("a")), 1: (None, RankRecord.returned("b"))})
+    call = ScriptedCall(
+        make_launch(tmp_path, timeout=0.05, timeout_note="Raise it. "),
+        {0: (None, RankRecord.returned("a")), 1: (None, RankRecord.returned("b"))},
+    )
     with pytest.raises(LocalExecutionTimeoutError, match="timeout of 0.05 s, so all 2 ranks were stopped. Raise it."):
         call.run()
     assert call.sent == [("SIGTERM", [0, 1], StopReason.TIMEOUT)]
@@ -163,7 +176,9 @@ def test_a_rank_that_fails_while_an_interrupt_looks_at_the_ranks_leaves_it_an_in
             self.record_exit(0, 1, failure("Connection closed by peer"))  # rank 0 fails while it is looked at
             return {}
 
-    call = Interrupted(make_launch(tmp_path), {0: (None, RankRecord.returned("a")), 1: (None, RankRecord.returned("b"))})
+    call = Interrupted(
+        make_launch(tmp_path), {0: (None, RankRecord.returned("a")), 1: (None, RankRecord.returned("b"))}
+    )
     with pytest.raises(KeyboardInterrupt):
         call.run()
     assert call.stop_reason is StopReason.INTERRUPT

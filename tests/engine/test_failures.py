@@ -34,7 +34,7 @@ def test_a_rank_exception_is_caught_as_its_own_class_and_as_runtime_error() -> N
     assert set(error.failures) == {1}
     assert isinstance(error.failures[1], ValueError) and str(error.failures[1]) == "boom from rank 1"
     assert set(error.exit_codes) == {0, 1} and error.exit_codes[1] == 1
-    assert "raise ValueError(\"boom from rank 1\")" in error.remote_traceback
+    assert 'raise ValueError("boom from rank 1")' in error.remote_traceback
 
 
 def test_the_message_names_the_rank_and_shows_traceback_and_output_tail() -> None:
@@ -42,7 +42,10 @@ def test_the_message_names_the_rank_and_shows_traceback_and_output_tail() -> Non
         cpu2(fails_on_rank_one).distributed()
     message = str(caught.value)
     assert "rank 1 of 2 raised ValueError: boom from rank 1" in message
-    assert "Traceback from rank 1 (most recent call last):" in message and 'raise ValueError("boom from rank 1")' in message
+    assert (
+        "Traceback from rank 1 (most recent call last):" in message
+        and 'raise ValueError("boom from rank 1")' in message
+    )
     assert "Last 50 lines of rank 1's output" in message
     assert "rank one line 59" in message and "rank one line 20\n" in message
     assert "rank one line 5\n" not in message  # only the last 50 lines
@@ -83,7 +86,9 @@ def test_a_user_exception_that_cannot_be_rebuilt_arrives_as_a_plain_error() -> N
     assert type(caught.value) is DistributedExecutionError
     assert "CannotBeRebuilt: error 7: the detail" in str(caught.value)
     assert 'raise CannotBeRebuilt(7, "the detail")' in caught.value.remote_traceback
-    assert caught.value.rank in (0, 1) and isinstance(caught.value.failures[caught.value.rank], DistributedExecutionError)
+    assert caught.value.rank in (0, 1) and isinstance(
+        caught.value.failures[caught.value.rank], DistributedExecutionError
+    )
 
 
 def test_an_exception_class_the_caller_cannot_import_becomes_a_plain_error(tmp_path: Path) -> None:
@@ -166,7 +171,6 @@ def test_root_cause_is_the_rank_that_raised_not_the_peer_that_lost_it() -> None:
 def test_a_rank_that_ends_without_returning_is_a_failure_that_says_how(how: str, expected: str) -> None:
     def leave(how: str) -> str:
         import signal
-        import sys
 
         if os.environ["RANK"] == "0":
             time.sleep(0.3)
@@ -184,8 +188,10 @@ def test_a_rank_that_ends_without_returning_is_a_failure_that_says_how(how: str,
     assert caught.value.rank == 1
 
 
-@pytest.mark.parametrize("code, status, shown", [(3, 3, "sys.exit(3)"), ("out of data", 1, "sys.exit('out of data')"),
-                                                 (True, 1, "sys.exit(True)")])
+@pytest.mark.parametrize(
+    "code, status, shown",
+    [(3, 3, "sys.exit(3)"), ("out of data", 1, "sys.exit('out of data')"), (True, 1, "sys.exit(True)")],
+)
 def test_sys_exit_in_a_rank_is_its_exit_code_as_under_torchrun(code: object, status: int, shown: str) -> None:
     # torchrun reports a worker's own status: sys.exit(3) is exit code 3 (it was reported as 1), a message is 1.
     def leave(code: object) -> str:
@@ -234,8 +240,10 @@ def test_a_rank_that_returns_without_a_collective_its_peer_waits_in_is_named() -
         cpu2(skips).distributed()
     report = str(caught.value)
     assert caught.value.rank == 0 and "rank 1: finished, exit code 0" in report
-    assert ("Rank 1 returned while rank 0 still waited in all_reduce #2 of the default group, having issued only 1 "
-            "collective there: it skipped a collective (or returned early)") in report, report
+    assert (
+        "Rank 1 returned while rank 0 still waited in all_reduce #2 of the default group, having issued only 1 "
+        "collective there: it skipped a collective (or returned early)"
+    ) in report, report
     assert "another rank exited first" not in report
 
 
@@ -298,15 +306,25 @@ def test_a_rank_that_returned_is_not_listed_where_the_stopped_ranks_were(tmp_pat
     now = time.time()
     outcomes = [
         RankOutcome(0, 10, str(logs[0]), status=0, record=RankRecord(OutcomeKind.RETURNED, value=1), exited_at=now),
-        RankOutcome(1, 11, str(logs[1]), status=1, exited_at=now,
-                    record=RankRecord(OutcomeKind.RAISED, error_type="ValueError", message="boom")),
+        RankOutcome(
+            1,
+            11,
+            str(logs[1]),
+            status=1,
+            exited_at=now,
+            record=RankRecord(OutcomeKind.RAISED, error_type="ValueError", message="boom"),
+        ),
         RankOutcome(2, 12, str(logs[2]), status=-15, stopped_at=now + 1, exited_at=now + 1),
     ]
-    snapshots = {rank: RankSnapshot(rank, 10 + rank, now, threads=[], groups=None,
-                                    sources={"probe": "not listening", "stacks": "ok"}) for rank in (0, 2)}
+    snapshots = {
+        rank: RankSnapshot(
+            rank, 10 + rank, now, threads=[], groups=None, sources={"probe": "not listening", "stacks": "ok"}
+        )
+        for rank in (0, 2)
+    }
     views = [hang_report.RankView(rank, snapshot=snapshots[rank]) for rank in (0, 2)]
     report = StopReport(StopReason.FAILURE, hang_report.build(views, now=now), None, snapshots)
     message = str(failures.build_error(outcomes, "fit", str(tmp_path), stop_report=report))
-    where = message[message.index("When rank 1 failed, the other ranks were:"):]
+    where = message[message.index("When rank 1 failed, the other ranks were:") :]
     assert "rank 2:" in where and "rank 0:" not in where
     assert "rank 0: finished, exit code 0" in message

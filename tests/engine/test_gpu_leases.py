@@ -30,7 +30,10 @@ def test_four_two_gpu_calls_get_disjoint_pairs_that_cover_the_node(tmp_path: Pat
     assert [lease.devices for lease in leases] == [("0", "1"), ("2", "3"), ("4", "5"), ("6", "7")]
     assert leases[0].first and leases[0].environ() == {}  # the first GPUs: the caller's view is kept
     assert [lease.environ() for lease in leases[1:]] == [
-        {"CUDA_VISIBLE_DEVICES": "2,3"}, {"CUDA_VISIBLE_DEVICES": "4,5"}, {"CUDA_VISIBLE_DEVICES": "6,7"}]
+        {"CUDA_VISIBLE_DEVICES": "2,3"},
+        {"CUDA_VISIBLE_DEVICES": "4,5"},
+        {"CUDA_VISIBLE_DEVICES": "6,7"},
+    ]
     for lease in leases:
         lease.release()
     assert _take(tmp_path, 8).devices == tuple(EIGHT)
@@ -75,14 +78,19 @@ def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
 
 def test_a_second_process_waits_for_the_same_leases_and_a_killed_holder_frees_them(tmp_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from databricks.air._engine.gpu_leases import take
             take(8, {{}}, [str(i) for i in range(8)], name="holder", folder={str(tmp_path)!r})
             print("held", flush=True)
             time.sleep(60)
-        """)],
-        stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
@@ -102,10 +110,16 @@ def test_a_second_process_waits_for_the_same_leases_and_a_killed_holder_frees_th
 
 def test_a_dead_waiters_ticket_does_not_block_the_queue(tmp_path: Path) -> None:
     held = _take(tmp_path, 8)
-    waiter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    waiter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         from databricks.air._engine.gpu_leases import take
         take(8, {{}}, [str(i) for i in range(8)], name="waiter", folder={str(tmp_path)!r})
-    """)])
+    """),
+        ]
+    )
     deadline = time.monotonic() + 30
     while not os.listdir(tmp_path / "queue") and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -206,8 +206,10 @@ def test_the_timeout_names_the_rank_behind_and_where_it_is(marks: Path) -> None:
     assert rank0.rstrip().endswith(f"test_hang.py:{SECOND_ALL_REDUCE}: dist.all_reduce(tensor)")
     assert "rank 1: running its own code (1 collective completed)" in rank1
     assert rank1.rstrip().endswith(f"test_hang.py:{SLEEP}: time.sleep(seconds)")
-    assert ("Rank 1 is behind: it completed 1 collective of the default group and is in time.sleep at "
-            f"tests/engine/test_hang.py:{SLEEP}, while rank 0 waits in all_reduce #2 of the default group") in message
+    assert (
+        "Rank 1 is behind: it completed 1 collective of the default group and is in time.sleep at "
+        f"tests/engine/test_hang.py:{SLEEP}, while rank 0 waits in all_reduce #2 of the default group"
+    ) in message
     folder = _snapshot_folder(message)
     assert sorted(p.name for p in folder.iterdir()) == ["rank_0.txt", "rank_1.txt", "summary.txt", "suspects.json"]
     assert "time.sleep(seconds)" in (folder / "rank_1.txt").read_text()
@@ -260,8 +262,10 @@ def test_mismatched_collectives_are_named(marks: Path) -> None:
     with pytest.raises((KeyboardInterrupt, DistributedExecutionError)):
         call.distributed(str(marks))
     summary = (next(Path(os.environ["DATABRICKS_AIR_LOG_DIR"]).glob("*/snapshot")) / "summary.txt").read_text()
-    assert ("The ranks diverged at collective #2 of the default group: rank 0 in all_reduce [[4]], rank 1 in "
-            "broadcast [[4]]") in summary
+    assert (
+        "The ranks diverged at collective #2 of the default group: rank 0 in all_reduce [[4]], rank 1 in "
+        "broadcast [[4]]"
+    ) in summary
 
 
 def test_the_rank_that_raised_is_the_root_cause_and_the_peer_a_consequence(marks: Path) -> None:
@@ -277,29 +281,34 @@ def test_the_rank_that_raised_is_the_root_cause_and_the_peer_a_consequence(marks
         # Caught on its way out, rank 0 is past all-reduce #2 (the flight recorder marks a failed one completed),
         # in that line or already in the error's handling.
         row = message.split("When rank 1 failed, the other ranks were:\n", 1)[1].splitlines()[0]
-        assert row.startswith(("  rank 0: waiting in all_reduce #2",
-                               "  rank 0: running its own code (2 collectives completed)")), row
+        assert row.startswith(
+            ("  rank 0: waiting in all_reduce #2", "  rank 0: running its own code (2 collectives completed)")
+        ), row
         assert "stopped by the launcher" in message.split("Ranks:\n", 1)[1].splitlines()[0], message
     assert _ranks_gone(marks)
 
 
 @pytest.mark.slow
-def test_a_stall_warns_once_and_the_call_goes_on(marks: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_stall_warns_once_and_the_call_goes_on(
+    marks: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1.5")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(sleeps_before_second_all_reduce)
     assert call.distributed(str(marks), seconds=4) == [None, None]
     err = capfd.readouterr().err
     assert err.count("looks stalled") == 1
-    assert ("looks stalled: rank 0 has waited" in err
-            and "in all_reduce #2 of the default group, which rank 1 has not reached" in err)
+    assert (
+        "looks stalled: rank 0 has waited" in err
+        and "in all_reduce #2 of the default group, which rank 1 has not reached" in err
+    )
     assert "Rank 1 is behind" in err
     assert (Path(call.last_log_dir) / "stall_1" / "summary.txt").exists()
 
 
 @pytest.mark.slow
-def test_ranks_that_diverged_are_said_so_while_the_call_runs(marks: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capfd: pytest.CaptureFixture[str]) -> None:
+def test_ranks_that_diverged_are_said_so_while_the_call_runs(
+    marks: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "10")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(barrier_against_all_reduce)
     said: List[float] = []
@@ -317,15 +326,20 @@ def test_ranks_that_diverged_are_said_so_while_the_call_runs(marks: Path, monkey
         call.distributed(str(marks))
     err = capfd.readouterr().err
     assert said and in_position and said[0] - in_position[0] < 20
-    assert ("looks stalled: ranks 0 and 1 have waited 1" in err and "s at collective #2 of the default group in "
-            "different collectives: rank 0 in all_reduce [[4]], rank 1 in barrier []. They diverged" in err), err
+    assert (
+        "looks stalled: ranks 0 and 1 have waited 1" in err
+        and "s at collective #2 of the default group in "
+        "different collectives: rank 0 in all_reduce [[4]], rank 1 in barrier []. They diverged"
+        in err
+    ), err
     assert "The ranks diverged at collective #2 of the default group" in err
     assert _ranks_gone(marks)
 
 
 @pytest.mark.slow
-def test_ranks_busy_outside_collectives_are_no_stall(marks: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+def test_ranks_busy_outside_collectives_are_no_stall(
+    marks: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("DATABRICKS_AIR_STALL_SECONDS", "1")
     call = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(writes_a_long_checkpoint)
     assert call.distributed(str(marks), 4) == ["done", "done"]
@@ -334,8 +348,10 @@ def test_ranks_busy_outside_collectives_are_no_stall(marks: Path, monkeypatch: p
 
 def test_the_flight_recorder_is_on_and_dumps_into_the_log_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     def settings() -> List[str]:
-        return [os.environ.get(name, "") for name in
-                ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE")]
+        return [
+            os.environ.get(name, "")
+            for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE")
+        ]
 
     call = distributed(accelerator_type="CPU", num_accelerators=2)(settings)
     buffer, dump, prefix = call.distributed()[0]
@@ -389,7 +405,8 @@ def test_a_tracked_call_keeps_the_snapshot_and_names_the_suspect(
     kept = {a.path for a in client.list_artifacts(run.info.run_id, "snapshot")}
     assert {"snapshot/summary.txt", "snapshot/rank_0.txt", "snapshot/rank_1.txt", "snapshot/stall_1"} <= kept
     assert {a.path for a in client.list_artifacts(run.info.run_id, "snapshot/stall_1")} >= {
-        "snapshot/stall_1/summary.txt"}
+        "snapshot/stall_1/summary.txt"
+    }
 
 
 def probe_threads() -> List[str]:

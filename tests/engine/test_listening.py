@@ -58,5 +58,8 @@ def test_listen_binds_the_address_asked_for_only() -> None:
             assert address in ("127.0.0.1", "::1") and server.getsockname()[1] > 0
     with pytest.raises(OSError, match="cannot listen on 192.0.2.77:0: Cannot assign requested address"):
         listen("192.0.2.77")
-    with listen("127.0.0.1") as taken, pytest.raises(OSError, match="cannot listen on 127.0.0.1:.*: Address already in use"):
+    with (
+        listen("127.0.0.1") as taken,
+        pytest.raises(OSError, match="cannot listen on 127.0.0.1:.*: Address already in use"),
+    ):
         listen("127.0.0.1", taken.getsockname()[1])

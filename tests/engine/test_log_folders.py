@@ -86,7 +86,9 @@ def test_only_call_folders_are_touched_and_zero_turns_a_limit_off(tmp_path: Path
 def test_make_prunes_under_the_given_root(tmp_path: Path) -> None:
     stale = _folder(tmp_path, 1, time.time() - 2 * 3600)
     made = log_folders.make("train.<locals>.step", str(tmp_path), keep_calls=1, keep_days=7)
-    assert Path(made.path).parent == tmp_path and Path(made.path).name.split("-", 2)[2].startswith("train__locals__step-")
+    assert Path(made.path).parent == tmp_path and Path(made.path).name.split("-", 2)[2].startswith(
+        "train__locals__step-"
+    )
     assert log_folders._CALL_FOLDER.match(Path(made.path).name)
     assert not stale.exists()
     made.release()

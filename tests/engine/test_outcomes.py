@@ -61,15 +61,21 @@ def is_killed() -> None:
 
 def run_one_rank(function: Callable[..., Any], tmp_path: Path) -> RankOutcome:
     launch = Launch(
-        name=function.__name__, world_size=1, function=_payload.serialize_function(function),
+        name=function.__name__,
+        world_size=1,
+        function=_payload.serialize_function(function),
         arguments=_payload.serialize_arguments(function, inspect.signature(function).bind()),
-        environ=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), argv=[""], log_dir=str(tmp_path),
+        environ=dict(os.environ),
+        cwd=os.getcwd(),
+        sys_path=list(sys.path),
+        argv=[""],
+        log_dir=str(tmp_path),
         timeout=120,
     )
     call = LocalCall(launch)
     try:
         call.run()
-    except (Exception, KeyboardInterrupt):  # each kind has its own error; test_failures.py checks those
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - each kind has its own error; test_failures.py checks those
         pass
     return call.outcomes[0]
 

@@ -16,14 +16,14 @@ import pytest
 from databricks.air._engine.processes import free_port, kill_group, python_command
 from process_helpers import wait_until
 
-ENTRY = '''
+ENTRY = """
 import os, sys, time
 
 def main():
     print("argv", sys.argv[1:], flush=True)
     if sys.argv[1:2] == ["sleep"]:
         time.sleep(60)
-'''
+"""
 
 
 @pytest.fixture
@@ -45,8 +45,9 @@ def test_a_fresh_interpreter_runs_the_modules_main_with_its_arguments(entry: dic
 def test_the_working_directory_is_left_off_sys_path(entry: dict, tmp_path: Path) -> None:
     # `python -c` puts the working directory first on sys.path: a user's file there must not shadow ours.
     (tmp_path / "air_entry.py").write_text("def main():\n    raise SystemExit('imported from the working dir')\n")
-    done = subprocess.run(python_command("air_entry"), env=entry, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        python_command("air_entry"), env=entry, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout) == (0, "argv []\n"), done.stderr
 
 
@@ -77,8 +78,9 @@ def test_a_child_asked_to_die_with_its_parent_dies_when_the_parent_is_killed(ent
 
 def test_a_child_whose_parent_is_already_gone_exits_before_running_anything(entry: dict) -> None:
     # The child's parent is this process; any other pid stands for a parent that died before the child asked.
-    done = subprocess.run(python_command("air_entry", parent_pid=os.getppid()), env=entry, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        python_command("air_entry", parent_pid=os.getppid()), env=entry, capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout) == (1, "")
 
 

@@ -58,8 +58,12 @@ def seeded_draws() -> tuple:
 def test_every_generator_a_rank_inherits_is_drawn_afresh_in_each_rank_of_each_call() -> None:
     results: List[tuple] = cpu2(draws).distributed() + cpu2(draws).distributed()
     seeds, torch_draws, python_draws, numpy_draws = zip(*results)
-    for name, values in (("torch seed", seeds), ("torch", torch_draws), ("random", python_draws),
-                         ("numpy", numpy_draws)):
+    for name, values in (
+        ("torch seed", seeds),
+        ("torch", torch_draws),
+        ("random", python_draws),
+        ("numpy", numpy_draws),
+    ):
         assert len(set(values)) == 4, f"{name}: {values}"
 
 
@@ -245,10 +249,14 @@ def test_code_of_the_callers_script_has_its_file_and_source_in_the_rank(run_scri
     assert scripted == doubled == 2.0
 
     # The error's traceback, its report and rank 0's log name the script's lines, with their source.
-    shown = [ast.literal_eval(re.search(rf"^{label} (.*)$", done.stdout, re.MULTILINE).group(1))
-             for label in ("REMOTE TRACEBACK", "REPORT", "RANK LOG")]
+    shown = [
+        ast.literal_eval(re.search(rf"^{label} (.*)$", done.stdout, re.MULTILINE).group(1))
+        for label in ("REMOTE TRACEBACK", "REPORT", "RANK LOG")
+    ]
     number = SOURCE.splitlines().index('            raise ValueError(f"batch size {size} is odd")') + 1
-    expected = f'  File "{script}", line {number}, in check_batch_size\n    raise ValueError(f"batch size {{size}} is odd")'
+    expected = (
+        f'  File "{script}", line {number}, in check_batch_size\n    raise ValueError(f"batch size {{size}} is odd")'
+    )
     for text in shown:
         assert expected in text, text
         assert "<dynamic-code>" not in text
@@ -270,7 +278,9 @@ def test_lightning_is_not_preloaded_since_it_reads_the_rank_at_import(
     pytest.importorskip("pytorch_lightning")
     monkeypatch.setenv("DATABRICKS_AIR_PRELOAD", "pytorch_lightning")
     assert cpu2(lightning_ranks).distributed() == [(0, 0), (1, 1)]
-    assert "not preloading pytorch_lightning: it reads the rank (RANK, LOCAL_RANK) when imported" in capfd.readouterr().err
+    assert (
+        "not preloading pytorch_lightning: it reads the rank (RANK, LOCAL_RANK) when imported" in capfd.readouterr().err
+    )
 
 
 @pytest.mark.slow
@@ -338,7 +348,8 @@ NOTEBOOK_FAILURE = """
 
 @pytest.mark.slow
 def test_notebook_code_is_pickled_again_and_has_its_source_in_the_rank(
-    tmp_path: Path, kernel_specs: Any  # noqa: F811
+    tmp_path: Path,
+    kernel_specs: Any,
 ) -> None:
     marker = uuid.uuid4().hex
     nb = write_notebook(tmp_path / "ranks.ipynb", NOTEBOOK_DEFINITIONS, NOTEBOOK_CALL, NOTEBOOK_FAILURE)
@@ -356,6 +367,8 @@ def test_notebook_code_is_pickled_again_and_has_its_source_in_the_rank(
 
     # The cell's file (IPython's name for it) and its line, with the source the kernel holds.
     remote = ast.literal_eval(re.search(r"^REMOTE TRACEBACK (.*)$", texts(failure, "stdout"), re.MULTILINE).group(1))
-    assert re.search(r'File "[^"]+\.py", line 2, in check\n    raise ValueError\(f"batch size \{size\} is odd"\)', remote), remote
+    assert re.search(
+        r'File "[^"]+\.py", line 2, in check\n    raise ValueError\(f"batch size \{size\} is odd"\)', remote
+    ), remote
     assert "<dynamic-code>" not in remote
     assert wait_until(lambda: not processes_with_marker(marker), timeout=30)

@@ -162,8 +162,10 @@ def test_a_call_that_dies_at_once_each_time_stops_restarting() -> None:
         function.distributed()
     report = str(caught.value)
     assert "attempt 0: rank 0 was killed by SIGKILL (the kernel's OOM killer?): restarted" in report
-    assert "attempt 1: rank 0 was killed by SIGKILL (the kernel's OOM killer?): not restarted: it failed again " \
-           "for the same cause within 60 s of restart 1" in report
+    assert (
+        "attempt 1: rank 0 was killed by SIGKILL (the kernel's OOM killer?): not restarted: it failed again "
+        "for the same cause within 60 s of restart 1" in report
+    )
     assert sorted(os.listdir(function.last_log_dir)) == ["attempt_0", "rank_0.txt"]
 
 
@@ -182,8 +184,9 @@ def _fail_slowly() -> None:
 
 @pytest.mark.slow
 def test_the_timeout_covers_every_attempt() -> None:
-    function = distributed(accelerator_type="CPU", num_accelerators=1, timeout=4, max_restarts=50,
-                           restart_on=(ValueError,))(_fail_slowly)
+    function = distributed(
+        accelerator_type="CPU", num_accelerators=1, timeout=4, max_restarts=50, restart_on=(ValueError,)
+    )(_fail_slowly)
     started = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError):
         function.distributed()

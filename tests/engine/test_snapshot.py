@@ -78,8 +78,11 @@ def test_a_rank_waiting_in_a_collective_and_a_sleeping_one(hung_ranks: List[snap
     while True:  # on a loaded machine the ranks may take longer than the fixture's pause to get into position
         taken = snapshot.take(hung_ranks, budget=5.0)
         waiting, sleeping = taken[0], taken[1]
-        in_position = bool(waiting.groups) and waiting.groups[0].enqueued == 4 and any(
-            "time.sleep(120)" in frame.source for thread in sleeping.threads for frame in thread.frames)
+        in_position = (
+            bool(waiting.groups)
+            and waiting.groups[0].enqueued == 4
+            and any("time.sleep(120)" in frame.source for thread in sleeping.threads for frame in thread.frames)
+        )
         if in_position or time.monotonic() > limit:
             break
         time.sleep(0.2)
@@ -91,7 +94,7 @@ def test_a_rank_waiting_in_a_collective_and_a_sleeping_one(hung_ranks: List[snap
     assert "dist.all_reduce(tensor)" in _innermost(waiting, "test_snapshot.py").source
     (group,) = sleeping.groups
     assert group.enqueued == 3  # its third all-reduce may be marked completed a moment late
-    assert _innermost(sleeping, "test_snapshot.py").source == 'time.sleep(120)'
+    assert _innermost(sleeping, "test_snapshot.py").source == "time.sleep(120)"
     assert "not completed: all_reduce #4" in waiting.text and "time.sleep(120)" in sleeping.text
     assert all(thread.name != "databricks.air probe" for thread in sleeping.threads)
 
@@ -136,7 +139,9 @@ def test_a_faulthandler_dump_is_parsed_into_threads() -> None:
     threads = snapshot.parse_faulthandler(dump, main_ident=0x7FDFFDE21B80)
     assert [t.main for t in threads] == [True, False]
     assert [(f.file, f.line, f.function) for f in threads[0].frames] == [
-        ("/home/me/project/train.py", 9, "<module>"), ("/usr/lib/python3.11/re/__init__.py", 166, "match")]
+        ("/home/me/project/train.py", 9, "<module>"),
+        ("/usr/lib/python3.11/re/__init__.py", 166, "match"),
+    ]
 
 
 def _churns_threads(folder: str) -> None:

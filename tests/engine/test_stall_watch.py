@@ -23,7 +23,9 @@ def test_a_stall_is_reported_once_after_the_window() -> None:
     assert watch.observe(positions, now=1059.0) is None  # not yet
     stall = watch.observe(positions, now=1061.0)
     assert stall is not None and (stall.seq, stall.waiting, stall.behind) == (4, (0,), (1,))
-    assert stall.describe() == "rank 0 has waited 61 s in all_reduce #4 of the default group, which rank 1 has not reached"
+    assert (
+        stall.describe() == "rank 0 has waited 61 s in all_reduce #4 of the default group, which rank 1 has not reached"
+    )
     assert watch.observe(positions, now=1200.0) is None  # once per stall
     later = watch.observe([_at(0, 9, 8, since=2000.0), _at(1, 8, 8)], now=2100.0)
     assert later is not None and later.seq == 9  # a new stall is a new report

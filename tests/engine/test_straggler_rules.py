@@ -14,8 +14,17 @@ from databricks.air._engine.stall_watch import RankPosition, StallWatch
 from databricks.air._engine.stragglers import DataWait, Issued, Judge, Straggler, window
 
 
-def _steps(count: int, step: float, late: Dict[int, float], ranks: int = 2, jitter: float = 0.0, seed: int = 0,
-           first: int = 1, group: str = "0", op: str = "all_reduce") -> List[Issued]:
+def _steps(
+    count: int,
+    step: float,
+    late: Dict[int, float],
+    ranks: int = 2,
+    jitter: float = 0.0,
+    seed: int = 0,
+    first: int = 1,
+    group: str = "0",
+    op: str = "all_reduce",
+) -> List[Issued]:
     """``count`` collectives, one per step of ``step`` seconds; rank r issues each ``late[r]`` after the step begins
     (plus up to ``jitter`` of the step, at random)."""
     chance = random.Random(seed)
@@ -39,8 +48,10 @@ def test_the_rank_that_issues_last_is_last_and_late_by_its_delay() -> None:
     assert rank1.wait_share == pytest.approx(50 * 0.2 / (49 * 0.25 + 0.2), rel=1e-6)
     assert seen.metrics() == {
         "collectives_per_second": seen.rates["0"],
-        "straggler/late_seconds/rank_0": 0.0, "straggler/last_fraction/rank_0": 0.0,
-        "straggler/late_seconds/rank_1": rank1.late_seconds, "straggler/last_fraction/rank_1": 1.0,
+        "straggler/late_seconds/rank_0": 0.0,
+        "straggler/last_fraction/rank_0": 0.0,
+        "straggler/late_seconds/rank_1": rank1.late_seconds,
+        "straggler/last_fraction/rank_1": 1.0,
     }
 
 
@@ -92,19 +103,26 @@ def test_data_or_compute() -> None:
     assert seen.ranks[1].data_wait_per_step == pytest.approx(0.2)
     assert stragglers.cause(seen.ranks[1], [seen.ranks[0]]) == "waiting for data 0.20 s per step"
     computing = window(1, _steps(50, 0.25, {1: 0.2}), before, {0: DataWait(1.5, 60), 1: DataWait(1.6, 60)})
-    assert stragglers.cause(computing.ranks[1], [computing.ranks[0]]) == \
-        "computing (it waits for data 0.01 s per step)"
+    assert stragglers.cause(computing.ranks[1], [computing.ranks[0]]) == "computing (it waits for data 0.01 s per step)"
     no_loader = window(1, _steps(50, 0.25, {1: 0.2}), {}, {0: None, 1: DataWait(0.0, 0)})
     assert stragglers.cause(no_loader.ranks[1], [no_loader.ranks[0]]) == "not in our DataLoader"
 
 
 def test_the_warning_and_the_closing_clause() -> None:
-    named = Straggler(rank=1, op="all_reduce", collectives=412, last_fraction=0.96, late_seconds=0.21,
-                      wait_share=0.38, where="train.py:41 (dataloader next)",
-                      cause="waiting for data 0.19 s per step")
+    named = Straggler(
+        rank=1,
+        op="all_reduce",
+        collectives=412,
+        last_fraction=0.96,
+        late_seconds=0.21,
+        wait_share=0.38,
+        where="train.py:41 (dataloader next)",
+        cause="waiting for data 0.19 s per step",
+    )
     assert named.describe() == (
         "rank 1 is a straggler: last into 96 % of 412 all_reduces, 0.21 s late (median); the others wait for it "
-        "38 % of the time. Where it was: train.py:41 (dataloader next); waiting for data 0.19 s per step.")
+        "38 % of the time. Where it was: train.py:41 (dataloader next); waiting for data 0.19 s per step."
+    )
     assert named.clause() == "rank 1 was a straggler (last into 96 % of all_reduces, 0.21 s late)"
 
 
@@ -132,7 +150,8 @@ def test_ranks_waiting_in_different_collectives_at_the_same_point_diverged() -> 
     assert stall.describe() == (  # type: ignore[attr-defined]
         "ranks 0 and 1 have waited 11 s at collective #2 of the default group in different collectives: rank 0 in "
         "all_reduce [[4]], rank 1 in barrier []. They diverged: every rank must issue the same collectives, with the "
-        "same shapes, in the same order")
+        "same shapes, in the same order"
+    )
     assert watch.observe(positions, now=200.0) is None  # once
 
 

@@ -119,7 +119,8 @@ def _warnings(err: str) -> List[str]:
 
 @pytest.mark.slow
 def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
-    store: str, capfd: pytest.CaptureFixture[str]  # noqa: F811 - the fixture
+    store: str,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     import mlflow
 
@@ -130,7 +131,9 @@ def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
     sleep = _line(slow_rank_1, "time.sleep(0.2)")
     assert warning.startswith("databricks.air: rank 1 is a straggler: last into 100 % of "), warning
     assert " all_reduces, 0.2" in warning and " s late (median); the others wait for it " in warning
-    assert warning.endswith(f"Where it was: tests/engine/test_stragglers.py:{sleep} (time.sleep); not in our DataLoader.")
+    assert warning.endswith(
+        f"Where it was: tests/engine/test_stragglers.py:{sleep} (time.sleep); not in our DataLoader."
+    )
     closing = next(line for line in err.splitlines() if " finished in " in line)
     assert closing.endswith("; rank 1 was a straggler (last into 100 % of all_reduces, 0.20 s late)"), closing
 
@@ -154,15 +157,16 @@ def test_a_slow_rank_is_named_once_with_its_line_and_kept_in_the_run(
 
 
 @pytest.mark.slow
-def test_a_rank_slow_in_our_data_loader_is_waiting_for_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]
-                                                            ) -> None:
+def test_a_rank_slow_in_our_data_loader_is_waiting_for_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     function = distributed(accelerator_type="CPU", num_accelerators=2, timeout=120)(slow_data_on_rank_1)
     function.distributed(str(tmp_path), 30)
     (warning,) = _warnings(capfd.readouterr().err)
     asks = _line(slow_data_on_rank_1, "for batch in loader")
     sleep = _line(SlowReads.__getitem__, "time.sleep(0.2)")
-    assert (f"Where it was: tests/engine/test_stragglers.py:{asks} (dataloader next: time.sleep at "
-            f"tests/engine/test_stragglers.py:{sleep}); waiting for data 0.2") in warning, warning
+    assert (
+        f"Where it was: tests/engine/test_stragglers.py:{asks} (dataloader next: time.sleep at "
+        f"tests/engine/test_stragglers.py:{sleep}); waiting for data 0.2"
+    ) in warning, warning
     assert warning.endswith(" s per step.")
 
 
@@ -180,7 +184,8 @@ def test_balanced_ranks_name_nobody(jitter: float, capfd: pytest.CaptureFixture[
 
 @pytest.mark.slow
 def test_a_straggler_that_recovers_is_said_to_have_recovered(
-    store: str, capfd: pytest.CaptureFixture[str]  # noqa: F811 - the fixture
+    store: str,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     import mlflow
 

@@ -199,8 +199,12 @@ def test_an_interrupt_while_the_ranks_are_told_to_stop_counts_as_a_second_one() 
         raise KeyboardInterrupt
 
     supervisor = RankSupervisor(
-        receive=ranks.receive, running=lambda: not ranks.ended, terminate=interrupted_terminate, kill=ranks.kill,
-        grace_period=3.0, clock=lambda: ranks.now,
+        receive=ranks.receive,
+        running=lambda: not ranks.ended,
+        terminate=interrupted_terminate,
+        kill=ranks.kill,
+        grace_period=3.0,
+        clock=lambda: ranks.now,
     )
     ranks.supervisor = supervisor
     supervisor.run(None)

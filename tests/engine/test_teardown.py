@@ -26,7 +26,7 @@ def train_then_destroy_with_the_model_alive(steps: int) -> Dict[str, object]:
     """The pattern the examples used to show: DDP training, a DCP-capable rank, destroy, return."""
     import torch
     import torch.distributed as dist
-    import torch.distributed.checkpoint  # noqa: F401 - a training script's usual imports; they make the race likely
+    import torch.distributed.checkpoint
     from torch.nn.parallel import DistributedDataParallel
 
     import databricks.air.data  # noqa: F401

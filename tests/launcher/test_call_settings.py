@@ -14,10 +14,21 @@ from databricks.air.exceptions import RuntimeConfigurationError
 
 def test_the_defaults(tmp_path: Path) -> None:
     settings = _settings.read({"DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")})
-    assert (settings.keep_calls, settings.keep_days, settings.tracking, settings.system_metrics) == (50, 7.0, True, True)
+    assert (settings.keep_calls, settings.keep_days, settings.tracking, settings.system_metrics) == (
+        50,
+        7.0,
+        True,
+        True,
+    )
     assert (settings.log_upload_seconds, settings.system_metrics_seconds) == (30.0, 10.0)
-    assert settings.engine() == dict(show_all_ranks=False, start_method="fork", grace_period=3.0,
-                                     snapshot_seconds=5.0, stall_seconds=600.0, straggler_seconds=30.0)
+    assert settings.engine() == dict(
+        show_all_ranks=False,
+        start_method="fork",
+        grace_period=3.0,
+        snapshot_seconds=5.0,
+        stall_seconds=600.0,
+        straggler_seconds=30.0,
+    )
     assert settings.log_root == str(tmp_path / "logs")  # not made yet: a call makes it
 
 
@@ -45,8 +56,10 @@ def test_a_log_dir_that_is_a_file_or_cannot_be_written(tmp_path: Path) -> None:
     a_file = tmp_path / "notes.txt"
     a_file.write_text("")
     for where in (a_file, a_file / "logs"):
-        with pytest.raises(RuntimeConfigurationError, match=f"notes.txt is a file, not a folder; point "
-                                                            "DATABRICKS_AIR_LOG_DIR at a folder you can write"):
+        with pytest.raises(
+            RuntimeConfigurationError,
+            match="notes.txt is a file, not a folder; point DATABRICKS_AIR_LOG_DIR at a folder you can write",
+        ):
             _settings.read({"DATABRICKS_AIR_LOG_DIR": str(where)})
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
@@ -55,8 +68,10 @@ def test_a_log_dir_that_is_a_file_or_cannot_be_written(tmp_path: Path) -> None:
             _settings.read({"DATABRICKS_AIR_LOG_DIR": str(locked / "logs")})
 
 
-SETTINGS = sorted((value for value in vars(_settings).values() if isinstance(value, _settings.Setting)),
-                  key=lambda setting: setting.variable)
+SETTINGS = sorted(
+    (value for value in vars(_settings).values() if isinstance(value, _settings.Setting)),
+    key=lambda setting: setting.variable,
+)
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[setting.variable for setting in SETTINGS])
@@ -66,7 +81,8 @@ def test_every_setting_has_its_default_and_says_the_same_of_a_bad_value(setting:
     with pytest.raises(RuntimeConfigurationError) as caught:
         setting.read({setting.variable: "abc"})
     assert str(caught.value) == (
-        f"{setting.variable} must be {setting.accepted}, not 'abc'; unset it {setting.when_unset}")
+        f"{setting.variable} must be {setting.accepted}, not 'abc'; unset it {setting.when_unset}"
+    )
 
 
 def test_the_engines_defaults_are_the_settings_defaults() -> None:

@@ -63,9 +63,16 @@ def test_from_gpu_type(model: GPUType, count: int, expected: AcceleratorType) ->
 @pytest.mark.parametrize(
     "text, member",
     [
-        ("H100", GPUType.H100), ("h100", GPUType.H100), ("h100_80gb", GPUType.H100), ("H100_80GB", GPUType.H100),
-        ("a10", GPUType.A10), ("A10", GPUType.A10), ("A10G", GPUType.A10), ("a10g", GPUType.A10),
-        ("B300", GPUType.B300), ("b300", GPUType.B300),
+        ("H100", GPUType.H100),
+        ("h100", GPUType.H100),
+        ("h100_80gb", GPUType.H100),
+        ("H100_80GB", GPUType.H100),
+        ("a10", GPUType.A10),
+        ("A10", GPUType.A10),
+        ("A10G", GPUType.A10),
+        ("a10g", GPUType.A10),
+        ("B300", GPUType.B300),
+        ("b300", GPUType.B300),
     ],
 )
 def test_gpu_type_parsing(text: str, member: GPUType) -> None:
@@ -82,9 +89,14 @@ def test_gpu_type_lists_and_errors() -> None:
 @pytest.mark.parametrize(
     "model, gpus, per_node, display",
     [
-        (GPUType.H100, 1, 1, "1xH100"), (GPUType.H100, 8, 8, "8xH100"), (GPUType.H100, None, 8, "8xH100"),
-        (GPUType.H100, 4, 8, "8xH100"), (GPUType.A10, 1, 1, "A10"), (GPUType.A10, 3, 1, "A10"),
-        (GPUType.B300, 8, 8, "8xB300"), (GPUType.B300, 1, 8, "8xB300"),
+        (GPUType.H100, 1, 1, "1xH100"),
+        (GPUType.H100, 8, 8, "8xH100"),
+        (GPUType.H100, None, 8, "8xH100"),
+        (GPUType.H100, 4, 8, "8xH100"),
+        (GPUType.A10, 1, 1, "A10"),
+        (GPUType.A10, 3, 1, "A10"),
+        (GPUType.B300, 8, 8, "8xB300"),
+        (GPUType.B300, 1, 8, "8xB300"),
     ],
 )
 def test_helpers(model: GPUType, gpus: int, per_node: int, display: str) -> None:

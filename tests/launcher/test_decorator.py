@@ -20,7 +20,13 @@ def test_decorator_returns_a_distributed_function_with_its_settings() -> None:
     fn = distributed(num_accelerators=3, accelerator_type="CPU", timeout=60)(train)
     assert isinstance(fn, DistributedFunction)
     assert fn.func is train
-    assert (fn.num_accelerators, fn.gpus, fn.accelerator_type, fn.remote, fn.timeout) == (3, 3, AcceleratorType.CPU, False, 60)
+    assert (fn.num_accelerators, fn.gpus, fn.accelerator_type, fn.remote, fn.timeout) == (
+        3,
+        3,
+        AcceleratorType.CPU,
+        False,
+        60,
+    )
     assert fn.gpus_per_node == 3
     assert repr(fn) == (
         "DistributedFunction(num_accelerators=3, accelerator_type=CPU, remote=False, timeout=60, func=train)"
@@ -91,8 +97,17 @@ def test_asking_for_more_gpus_than_exist_names_both_numbers(monkeypatch: pytest.
 
 @pytest.mark.parametrize(
     "visible, total, expected",
-    [("0,1", 8, 2), ("", 8, 0), ("-1", 8, 0), ("3", 2, 0), ("0,5,1", 4, 1), ("1,1", 4, 1),
-     ("GPU-aaa,GPU-bbb", 8, 2), ("0, 1, 2", 8, 3), ("abc", 8, 0)],
+    [
+        ("0,1", 8, 2),
+        ("", 8, 0),
+        ("-1", 8, 0),
+        ("3", 2, 0),
+        ("0,5,1", 4, 1),
+        ("1,1", 4, 1),
+        ("GPU-aaa,GPU-bbb", 8, 2),
+        ("0, 1, 2", 8, 3),
+        ("abc", 8, 0),
+    ],
 )
 def test_cuda_visible_devices_is_honoured_like_cuda_does(visible: str, total: int, expected: int) -> None:
     assert compute._count_visible(visible, total) == expected
@@ -173,11 +188,14 @@ def test_nan_is_refused_and_infinity_means_no_limit() -> None:
 
 def test_more_cpu_ranks_than_the_machine_can_run_are_refused_naming_its_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    with pytest.raises(GPUValidationError, match=(
-        r"^num_accelerators=1000000000 CPU ranks is more than this machine can run: this process may use 2 CPU "
-        r"core\(s\), which run at most 16 CPU ranks \(8 per core, at least 16 on any machine\).*Pass "
-        r"num_accelerators between 1 and 16\.$"
-    )):
+    with pytest.raises(
+        GPUValidationError,
+        match=(
+            r"^num_accelerators=1000000000 CPU ranks is more than this machine can run: this process may use 2 CPU "
+            r"core\(s\), which run at most 16 CPU ranks \(8 per core, at least 16 on any machine\).*Pass "
+            r"num_accelerators between 1 and 16\.$"
+        ),
+    ):
         distributed(num_accelerators=10**9, accelerator_type="CPU")(train)
     assert distributed(num_accelerators=16, accelerator_type="CPU")(train).num_accelerators == 16
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)

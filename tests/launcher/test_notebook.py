@@ -30,13 +30,23 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 from kernel_support import (  # noqa: F401 (kernel_specs and marker: fixtures)
-    kernel_specs, marker, kernel_env, write_notebook, notebook_client, kernel_pid, rank_servers, live_children, texts, all_output_text, until, run_in_kernel,
+    kernel_specs,
+    marker,
+    kernel_env,
+    write_notebook,
+    notebook_client,
+    kernel_pid,
+    rank_servers,
+    live_children,
+    texts,
+    all_output_text,
+    until,
+    run_in_kernel,
 )
 from process_helpers import processes_with_marker, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.ipynb"
-
 
 
 # --- cells ---------------------------------------------------------------------------------------------------------

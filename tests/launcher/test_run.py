@@ -14,9 +14,20 @@ cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)
 
 def rank_environment() -> dict:
     keys = [
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "PYTHONUNBUFFERED", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "REPLICA_RANK", "OMP_NUM_THREADS",
-        "CUDA_VISIBLE_DEVICES", "AIR_TEST_VALUE",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PYTHONUNBUFFERED",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "REPLICA_RANK",
+        "OMP_NUM_THREADS",
+        "CUDA_VISIBLE_DEVICES",
+        "AIR_TEST_VALUE",
     ]
     import torch
 
@@ -75,7 +86,10 @@ def test_results_come_back_in_rank_order_for_any_world_size() -> None:
         return tag, int(os.environ["RANK"])
 
     assert distributed(num_accelerators=4, accelerator_type="CPU")(identity).distributed("x") == [
-        ("x", 0), ("x", 1), ("x", 2), ("x", 3)
+        ("x", 0),
+        ("x", 1),
+        ("x", 2),
+        ("x", 3),
     ]
 
 
@@ -88,9 +102,7 @@ def test_arguments_are_bound_with_defaults(tmp_path: Path) -> None:
     assert fn.distributed(1, 3, 4, 5, scale=0.5, tag="t") == [(1, 3, (4, 5), 0.5, {"tag": "t"})] * 2
 
 
-def test_the_callers_cwd_sys_path_and_environment_at_call_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_callers_cwd_sys_path_and_environment_at_call_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package_dir = tmp_path / "pkgs"
     package_dir.mkdir()
     (package_dir / "air_helper_mod.py").write_text("VALUE = 'from the caller path'\n")
@@ -251,8 +263,15 @@ def test_without_a_hosted_store_rank_zero_hosts_it_on_a_free_port() -> None:
             return {"op": "error", "message": f"{NO_STORE_HERE}: No module named 'torch'"}
 
     plan = engine.Launch(
-        name="f", world_size=2, function=b"", arguments=b"", environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},
-        cwd=".", sys_path=[], argv=[], log_dir=".",
+        name="f",
+        world_size=2,
+        function=b"",
+        arguments=b"",
+        environ={"TORCHELASTIC_USE_AGENT_STORE": "True"},
+        cwd=".",
+        sys_path=[],
+        argv=[],
+        log_dir=".",
     )
     call = LocalCall(plan)
     call.server = NoStoreServer()  # type: ignore[assignment]

@@ -99,8 +99,13 @@ def test_importing_runtime_does_not_import_torch() -> None:
 
 def test_public_names() -> None:
     assert set(runtime.__all__) == {
-        "get_local_rank", "get_local_world_size", "get_node_rank", "get_world_size", "get_global_rank",
-        "get_replica_rank", "get_node_ip",
+        "get_local_rank",
+        "get_local_world_size",
+        "get_node_rank",
+        "get_world_size",
+        "get_global_rank",
+        "get_replica_rank",
+        "get_node_ip",
         "get_restart_count",  # ours, for max_restarts (the reference never restarts a call)
     }
     for name in runtime.__all__:

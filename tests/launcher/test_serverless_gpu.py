@@ -227,8 +227,9 @@ OLD_SCRIPT = """
 """
 
 
-@pytest.mark.parametrize("import_line", ["from serverless_gpu import distributed",
-                                         "from serverless_gpu.launcher import distributed"])
+@pytest.mark.parametrize(
+    "import_line", ["from serverless_gpu import distributed", "from serverless_gpu.launcher import distributed"]
+)
 @pytest.mark.slow
 def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path, import_line: str) -> None:
     script = tmp_path / "old_script.py"
@@ -245,7 +246,7 @@ def test_an_unmodified_serverless_gpu_script_runs_on_cpu_ranks(tmp_path: Path, i
     err = done.stderr
     assert err.count("serverless_gpu is deprecated") == 1  # not repeated by the ranks
     assert "old_script.py:9: FutureWarning: The gpus parameter is deprecated; use num_accelerators=2" in err
-    assert 'old_script.py:9: FutureWarning: The gpu_type parameter and its value' in err
+    assert "old_script.py:9: FutureWarning: The gpu_type parameter and its value" in err
     assert 'accelerator_type="GPU_8xH100"' in err
     assert "old_script.py:19: FutureWarning" in err
     assert "DATABRICKS_AIR_ACCELERATOR_TYPE=CPU: running 2 CPU rank(s) instead of accelerator_type=h100_80gb" in err

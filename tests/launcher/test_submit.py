@@ -178,16 +178,21 @@ def test_a_second_processs_call_waits_for_the_same_leases_and_a_killed_caller_fr
     eight_gpus: None, tmp_path: Path, run_script: Any
 ) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             from databricks.air import distributed
             @distributed(num_accelerators=1, timeout=120)
             def hold(flag):
                 import pathlib, time
                 pathlib.Path(flag).touch()
                 time.sleep(100)
-            hold.distributed({str(tmp_path / 'held')!r})
-        """)],
-        env=dict(os.environ), stderr=subprocess.DEVNULL,
+            hold.distributed({str(tmp_path / "held")!r})
+        """),
+        ],
+        env=dict(os.environ),
+        stderr=subprocess.DEVNULL,
     )
     try:
         assert wait_until((tmp_path / "held").exists, 120)
@@ -227,8 +232,14 @@ def test_four_first_calls_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) 
     script.write_text(textwrap.dedent(FIRST_CALL))
     environ = {**os.environ, "DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     callers = [
-        subprocess.Popen([sys.executable, str(script), str(x)], cwd=tmp_path, env=environ, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, str(script), str(x)],
+            cwd=tmp_path,
+            env=environ,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for x in range(4)
     ]
     outputs = [caller.communicate(timeout=240) for caller in callers]
@@ -287,7 +298,8 @@ def test_rank_zeros_output_shows_only_while_someone_waits_in_result(
 
 @pytest.mark.slow
 def test_the_background_note_is_said_once_per_process(run_script: Any) -> None:
-    done = run_script("""
+    done = run_script(
+        """
         from databricks.air import distributed
 
         @distributed(accelerator_type="CPU", num_accelerators=1, timeout=120)
@@ -295,9 +307,15 @@ def test_the_background_note_is_said_once_per_process(run_script: Any) -> None:
             return x
 
         print([call.result()[0] for call in [one.submit(x) for x in range(3)]])
-    """, env={"DATABRICKS_AIR_MLFLOW": "0"})
+    """,
+        env={"DATABRICKS_AIR_MLFLOW": "0"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[0, 1, 2]"
-    assert done.stderr.count("runs in the background; a submitted call's rank 0 output shows while a cell waits in "
-                             "its result(), and every rank's output is in its log folder") == 1
-
+    assert (
+        done.stderr.count(
+            "runs in the background; a submitted call's rank 0 output shows while a cell waits in "
+            "its result(), and every rank's output is in its log folder"
+        )
+        == 1
+    )

@@ -141,8 +141,13 @@ def test_initialize_dist_without_environment_creates_a_one_rank_group() -> None:
     assert result["same_group"]
     assert result["backend"] == "gloo"
     assert (result["world_size"], result["rank"]) == (1, 0)
-    assert result["env"] == {"NODE_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "RANK": "0",
-                             "LOCAL_RANK": "0"}
+    assert result["env"] == {
+        "NODE_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+    }
     assert result["gathered"] == [{"rank": 0}]
 
 

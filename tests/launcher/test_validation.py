@@ -111,7 +111,11 @@ def test_a_subset_run_keeps_the_attached_shape_and_any_count_is_allowed(machine)
     machine(8)
     for count in (1, 3, 4, 7):
         fn = distributed(num_accelerators=count)(train)
-        assert (fn.num_accelerators, fn.accelerator_type, fn.gpu_type) == (count, AcceleratorType.GPU_8xH100, GPUType.H100)
+        assert (fn.num_accelerators, fn.accelerator_type, fn.gpu_type) == (
+            count,
+            AcceleratorType.GPU_8xH100,
+            GPUType.H100,
+        )
     assert distributed(num_accelerators=4)(train).gpus_per_node == 8
     machine(1)
     assert distributed()(train).gpus_per_node == 1
@@ -144,7 +148,9 @@ def test_missing_torch_on_a_gpu_host_says_how_to_install_it(machine, monkeypatch
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name, *a)
+    )
     machine(8)
     with pytest.raises(RuntimeConfigurationError, match="pip install torch.*cu126"):
         distributed()(train)
@@ -204,9 +210,7 @@ def test_new_style_types_do_not_warn(machine, value: object) -> None:
         ({"accelerator_type": "h100_80gb", "num_accelerators": 4}, 'accelerator_type="GPU_8xH100"'),
     ],
 )
-def test_a_legacy_value_for_accelerator_type_warns_once_with_a_suggestion(
-    machine, kwargs: dict, expected: str
-) -> None:
+def test_a_legacy_value_for_accelerator_type_warns_once_with_a_suggestion(machine, kwargs: dict, expected: str) -> None:
     machine(8, "NVIDIA H100 80GB HBM3" if "a10" not in str(kwargs) else "NVIDIA A10G")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -295,8 +299,12 @@ def test_the_object_constructed_directly() -> None:
     fn = DistributedFunction(4, GPUType.H100, False, train, timeout=30)
     assert fn.accelerator_type is AcceleratorType.GPU_8xH100
     assert (fn.gpus, fn.num_accelerators, fn.gpus_per_node, fn.gpu_type) == (4, 4, 8, GPUType.H100)
-    assert repr(fn) == str(fn) == (
-        "DistributedFunction(num_accelerators=4, accelerator_type=GPU_8xH100, remote=False, timeout=30, func=train)"
+    assert (
+        repr(fn)
+        == str(fn)
+        == (
+            "DistributedFunction(num_accelerators=4, accelerator_type=GPU_8xH100, remote=False, timeout=30, func=train)"
+        )
     )
     assert not hasattr(fn, "__name__")  # not a functools.wraps wrapper
     with pytest.raises(RuntimeConfigurationError, match="timeout"):
@@ -332,8 +340,9 @@ def test_remote_decoration_keeps_its_timeout(caplog: pytest.LogCaptureFixture) -
 # --- notes ---------------------------------------------------------------------------------------------------------
 
 
-def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCaptureFixture,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decoration_notes_are_logging_records(
+    machine, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_validation, "_NOTED", set())  # as in a fresh process
     machine(8)
     with caplog.at_level(logging.WARNING, logger="databricks.air"):
@@ -348,8 +357,9 @@ def test_decoration_notes_are_logging_records(machine, caplog: pytest.LogCapture
     assert [r for r in caplog.records if r.name == "databricks.air"] == []
 
 
-def test_each_decoration_note_is_given_once_per_process(machine, caplog: pytest.LogCaptureFixture,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_decoration_note_is_given_once_per_process(
+    machine, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A notebook cell that decorates is re-run many times: its notes are not repeated each time.
     monkeypatch.setattr(_validation, "_NOTED", set())
     machine(8)
@@ -384,7 +394,11 @@ def test_the_beta_notice_is_logged_once_per_process_tree() -> None:
     assert first.stderr.count("databricks.air is in Beta") == 1
     assert first.stdout.strip() == "1"
     again = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env={**env, "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED": "1"}, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**env, "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED": "1"},
+        check=True,
     )
     assert "Beta" not in again.stderr
 
@@ -411,8 +425,13 @@ def test_the_notice_works_in_an_interpreter_without_argv(argv: str) -> None:
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED"}
-    done = subprocess.run([sys.executable, "-c", f"import sys; {argv}\nimport databricks.air"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; {argv}\nimport databricks.air"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("databricks.air is in Beta") == 1
 
@@ -436,6 +455,7 @@ def test_decoration_parses_and_resolves_the_settings_once(
     assert (fn.num_accelerators, fn.accelerator_type, fn.remote) == (8, AcceleratorType.CPU, remote)
     notes = [r.getMessage() for r in caplog.records if "CPU rank(s)" in r.getMessage()]
     where = " on the Ray cluster" if remote else ""
-    assert notes == [f"DATABRICKS_AIR_ACCELERATOR_TYPE=CPU: running 8 CPU rank(s){where} instead of "
-                     "accelerator_type=GPU_8xH100"]
+    assert notes == [
+        f"DATABRICKS_AIR_ACCELERATOR_TYPE=CPU: running 8 CPU rank(s){where} instead of accelerator_type=GPU_8xH100"
+    ]
     assert fn.with_overrides(num_accelerators=4).num_accelerators == 4  # keeps what was asked for

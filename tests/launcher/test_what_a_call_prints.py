@@ -54,10 +54,19 @@ def _ours(text: str) -> List[str]:
 
 @pytest.fixture
 def tracked(tmp_path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    env = {"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-           "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")}
-    for name in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "DATABRICKS_AIR_DEBUG",
-                 "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED", "MLFLOW_LOGGING_LEVEL"):
+    env = {
+        "DATABRICKS_AIR_MLFLOW": "1",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs"),
+    }
+    for name in (
+        "MLFLOW_EXPERIMENT_NAME",
+        "MLFLOW_EXPERIMENT_ID",
+        "MLFLOW_RUN_ID",
+        "DATABRICKS_AIR_DEBUG",
+        "DATABRICKS_INTERNAL_BETA_WARNING_PRINTED",
+        "MLFLOW_LOGGING_LEVEL",
+    ):
         monkeypatch.delenv(name, raising=False)
     return env
 
@@ -75,8 +84,11 @@ def test_a_tracked_call_prints_three_lines_of_its_own_and_no_mlflow_info(run_scr
     calls = ours[1:]
     assert len(calls) == 6, ours  # three a call: where it runs, the run, how it ended
     for first, run, last in (calls[:3], calls[3:]):
-        assert re.fullmatch(r"databricks\.air: running hello on 2 CPU rank\(s\); logs: \S+ "
-                            r"\(kept: newest 50 calls, 7 days\)", first), first
+        assert re.fullmatch(
+            r"databricks\.air: running hello on 2 CPU rank\(s\); logs: \S+ "
+            r"\(kept: newest 50 calls, 7 days\)",
+            first,
+        ), first
         assert run.startswith("databricks.air: MLflow run hello (")
         assert re.fullmatch(r"databricks\.air: hello finished in \d+\.\d s", last), last
     assert printed.count("default timeout of 10800 s") == 1
@@ -85,11 +97,14 @@ def test_a_tracked_call_prints_three_lines_of_its_own_and_no_mlflow_info(run_scr
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_failure_says_its_message_and_its_traceback_once(run_script, tmp_path, rank: int,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_says_its_message_and_its_traceback_once(
+    run_script, tmp_path, rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("DATABRICKS_AIR_DEBUG", raising=False)
-    done = run_script(FAILS.replace("{rank}", str(rank)),
-                      env={"DATABRICKS_AIR_MLFLOW": "0", "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")})
+    done = run_script(
+        FAILS.replace("{rank}", str(rank)),
+        env={"DATABRICKS_AIR_MLFLOW": "0", "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")},
+    )
     assert done.returncode == 1
     printed = done.stdout + done.stderr
     assert printed.count("boom 1") == 1, printed  # the headline; the traceback's own last line is not repeated
@@ -111,9 +126,14 @@ def test_a_failure_says_its_message_and_its_traceback_once(run_script, tmp_path,
 
 
 def test_debug_keeps_the_package_frames(run_script, tmp_path) -> None:
-    done = run_script(FAILS.replace("{rank}", "0"),
-                      env={"DATABRICKS_AIR_MLFLOW": "0", "DATABRICKS_AIR_DEBUG": "1",
-                           "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")})
+    done = run_script(
+        FAILS.replace("{rank}", "0"),
+        env={
+            "DATABRICKS_AIR_MLFLOW": "0",
+            "DATABRICKS_AIR_DEBUG": "1",
+            "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs"),
+        },
+    )
     assert done.returncode == 1
     assert "databricks_air/_engine/failures.py" in done.stderr and "in results_or_error" in done.stderr
 
@@ -167,8 +187,10 @@ def test_a_return_value_that_cannot_be_pickled_is_said_once_and_kept_in_the_log(
     assert "the return value of rank 0 (a _thread.lock) cannot be pickled" in log.read_text()
 
 
-@pytest.mark.parametrize("variable, value", [("DATABRICKS_AIR_START_METHOD", "forkserver"), ("MASTER_PORT", "http"),
-                                             ("DATABRICKS_AIR_STALL_SECONDS", "soon")])
+@pytest.mark.parametrize(
+    "variable, value",
+    [("DATABRICKS_AIR_START_METHOD", "forkserver"), ("MASTER_PORT", "http"), ("DATABRICKS_AIR_STALL_SECONDS", "soon")],
+)
 @pytest.mark.slow
 def test_a_bad_setting_is_the_only_thing_said(run_script, tracked: dict, tmp_path, variable: str, value: str) -> None:
     # Before anything is printed, made or recorded: no "running ... on 2 CPU rank(s)", no "failed after", no log
@@ -205,8 +227,10 @@ def test_nothing_is_made_or_recorded_before_the_settings_and_the_payload_are_che
     env, script, says = dict(tracked), TWO_CALLS, ""
     if case == "log dir is a file":
         env["DATABRICKS_AIR_LOG_DIR"] = str(a_file)
-        says = f"RuntimeConfigurationError: call logs cannot be kept in DATABRICKS_AIR_LOG_DIR='{a_file}': {a_file} " \
-               "is a file, not a folder; point DATABRICKS_AIR_LOG_DIR at a folder you can write, or unset it"
+        says = (
+            f"RuntimeConfigurationError: call logs cannot be kept in DATABRICKS_AIR_LOG_DIR='{a_file}': {a_file} "
+            "is a file, not a folder; point DATABRICKS_AIR_LOG_DIR at a folder you can write, or unset it"
+        )
     elif case == "keep calls":
         env["DATABRICKS_AIR_LOG_KEEP_CALLS"] = "abc"
         says = "RuntimeConfigurationError: DATABRICKS_AIR_LOG_KEEP_CALLS must be a whole number >= 0"

@@ -15,7 +15,9 @@ from air_migrate.codes import select_rules
 from air_migrate.results import FileResult
 from air_migrate.runner import Options, migrate_bytes
 
-SCRIPT = 'from serverless_gpu import distributed  # keep me\n\n@distributed(gpus=8, gpu_type="H100")\ndef train(): ...\n'
+SCRIPT = (
+    'from serverless_gpu import distributed  # keep me\n\n@distributed(gpus=8, gpu_type="H100")\ndef train(): ...\n'
+)
 SCRIPT_AFTER = (
     "from databricks.air import distributed  # keep me\n\n"
     '@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")\ndef train(): ...\n'
@@ -34,8 +36,9 @@ MANUAL = 'import importlib\nmodule = importlib.import_module("serverless_gpu")\n
 BLOCKED = 'from serverless_gpu import distributed\n\n@distributed(gpus=4, gpu_type="H100")\ndef f(): ...\n'
 CLEAN = "import torch\n\nx = torch.zeros(3)\n"
 NOT_UTF8 = b"# serverless_gpu caf\xe9\n"
-NOT_UTF8_ADVICE = ("if it is in another encoding, declare it on its first or second line, e.g. "
-                   "`# -*- coding: latin-1 -*-` (PEP 263)")
+NOT_UTF8_ADVICE = (
+    "if it is in another encoding, declare it on its first or second line, e.g. `# -*- coding: latin-1 -*-` (PEP 263)"
+)
 
 
 def notebook(*sources: str, markdown_first: bool = True) -> str:

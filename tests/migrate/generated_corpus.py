@@ -43,17 +43,40 @@ IMPORT_FORMS: List[Tuple[str, str]] = [
     ("from serverless_gpu import ray", "ray.ray_launch"),
 ]
 """``(import statement, how the decorator is spelled through it)``."""
-SPELLINGS = {"H100": ["H100", "h100", "h100_80gb", " H100 "], "A10": ["A10", "a10", "A10G", "a10g"],
-             "B300": ["B300", "b300"]}
+SPELLINGS = {
+    "H100": ["H100", "h100", "h100_80gb", " H100 "],
+    "A10": ["A10", "a10", "A10G", "a10g"],
+    "B300": ["B300", "b300"],
+}
 """Every spelling of each old model the runtime accepts."""
-TYPE_FORMS = ["literal", "name, same cell", "name, earlier cell", "annotated name", "count by name",
-              "count and type by name", "GPUType member", "new keyword, old value by name"]
-NEGATIVE_TYPE_FORMS = ["name also printed", "name bound twice", "count unknown", "name bound after use",
-                       "unknown model"]
-TD_FORMS = ["chained", "assigned once, run in a later cell", "rebound per cell", "rebound in one cell",
-            "rebound in a function",
-            "device count by name", "device count by annotated name", "device count local to a function",
-            "multi-line distributor with comments"]
+TYPE_FORMS = [
+    "literal",
+    "name, same cell",
+    "name, earlier cell",
+    "annotated name",
+    "count by name",
+    "count and type by name",
+    "GPUType member",
+    "new keyword, old value by name",
+]
+NEGATIVE_TYPE_FORMS = [
+    "name also printed",
+    "name bound twice",
+    "count unknown",
+    "name bound after use",
+    "unknown model",
+]
+TD_FORMS = [
+    "chained",
+    "assigned once, run in a later cell",
+    "rebound per cell",
+    "rebound in one cell",
+    "rebound in a function",
+    "device count by name",
+    "device count by annotated name",
+    "device count local to a function",
+    "multi-line distributor with comments",
+]
 NEGATIVE_TD_FORMS = ["device count name rebound", "rebound distributor run from a function"]
 
 
@@ -76,11 +99,14 @@ class Case:
 
     def databricks(self) -> str:
         return "# Databricks notebook source\n" + "\n\n# COMMAND ----------\n\n".join(
-            cell.rstrip("\n") + "\n" for cell in self.cells)
+            cell.rstrip("\n") + "\n" for cell in self.cells
+        )
 
     def ipynb(self) -> str:
-        notebook = new_notebook(cells=[new_code_cell(cell.rstrip("\n")) for cell in self.cells], metadata={
-            "kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}})
+        notebook = new_notebook(
+            cells=[new_code_cell(cell.rstrip("\n")) for cell in self.cells],
+            metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+        )
         for number, cell in enumerate(notebook.cells, start=1):
             cell.id = f"cell-{number}"
         return nbformat.writes(notebook) + "\n"
@@ -155,8 +181,14 @@ def _launcher_case(name: str, import_line: str, decorator: str, forms: Sequence[
         if form == "name also printed":
             here.append(f'print("on", {type_name})')
             clean = False
-        body = "\n".join([*here, f"@{decorator}(gpus={count_value}, {keyword}={type_value}{remote})",
-                          f"def train_{number}():", f"    return {number}"])
+        body = "\n".join(
+            [
+                *here,
+                f"@{decorator}(gpus={count_value}, {keyword}={type_value}{remote})",
+                f"def train_{number}():",
+                f"    return {number}",
+            ]
+        )
         functions.append(body)
         if form == "name bound after use":
             functions.append(f"{type_name} = {spelling!r}")
@@ -165,10 +197,11 @@ def _launcher_case(name: str, import_line: str, decorator: str, forms: Sequence[
 
 
 _TD_IMPORT = "import torch\nfrom pyspark.ml.torch.distributor import TorchDistributor"
-_BUILDER = ("from pyspark.sql import SparkSession\nbuilder = SparkSession.builder.appName('train')\n"
-            "spark = builder.getOrCreate()")
-_FUNCTIONS = ("# The training loop.\ndef train(epochs):\n    return epochs\n\n\n"
-              "def evaluate():\n    return 0")
+_BUILDER = (
+    "from pyspark.sql import SparkSession\nbuilder = SparkSession.builder.appName('train')\n"
+    "spark = builder.getOrCreate()"
+)
+_FUNCTIONS = "# The training loop.\ndef train(epochs):\n    return epochs\n\n\ndef evaluate():\n    return 0"
 
 
 def _torch_distributor_case(name: str, form: str, rng: random.Random, builder: bool) -> Case:
@@ -179,35 +212,47 @@ def _torch_distributor_case(name: str, form: str, rng: random.Random, builder: b
     if form == "chained":
         cells.append(f"loss = TorchDistributor(num_processes={first}, local_mode=True, use_gpu=True).run(train, 3)")
     elif form == "assigned once, run in a later cell":
-        cells += [f"distributor = TorchDistributor({first})  # {first} ranks", "distributor.run(train, 1)\n"
-                  "distributor.run(train, 2)"]
+        cells += [
+            f"distributor = TorchDistributor({first})  # {first} ranks",
+            "distributor.run(train, 1)\ndistributor.run(train, 2)",
+        ]
     elif form == "rebound per cell":
-        cells += [f"d = TorchDistributor(num_processes={first})\nd.run(train, 1)",
-                  f"d = TorchDistributor(num_processes={second})\nd.run(evaluate)"]
+        cells += [
+            f"d = TorchDistributor(num_processes={first})\nd.run(train, 1)",
+            f"d = TorchDistributor(num_processes={second})\nd.run(evaluate)",
+        ]
     elif form == "rebound in one cell":
-        cells.append(f"d = TorchDistributor({first})\nd.run(train, 1)\nd = TorchDistributor({second})\n"
-                     "d.run(evaluate)")
+        cells.append(f"d = TorchDistributor({first})\nd.run(train, 1)\nd = TorchDistributor({second})\nd.run(evaluate)")
     elif form == "rebound in a function":
-        cells.append(f"def main():\n    d = TorchDistributor({first})\n    d.run(train, 1)\n"
-                     f"    d = TorchDistributor({second})\n    d.run(evaluate)")
+        cells.append(
+            f"def main():\n    d = TorchDistributor({first})\n    d.run(train, 1)\n"
+            f"    d = TorchDistributor({second})\n    d.run(evaluate)"
+        )
     elif form == "device count by name":
         cells[0] += "\nn = torch.cuda.device_count()"
         cells.append('print(f"{n} GPUs")\nTorchDistributor(num_processes=n).run(train, 2)')
     elif form == "device count by annotated name":
         cells.append("gpus: int = torch.cuda.device_count()\nTorchDistributor(gpus, True, True).run(train, 2)")
     elif form == "device count local to a function":
-        cells.append("def main():\n    count = torch.cuda.device_count()\n"
-                     "    return TorchDistributor(num_processes=count).run(train, 2)")
+        cells.append(
+            "def main():\n    count = torch.cuda.device_count()\n"
+            "    return TorchDistributor(num_processes=count).run(train, 2)"
+        )
     elif form == "multi-line distributor with comments":
-        cells.append(f"distributor = TorchDistributor(\n    num_processes={first},  # one per GPU\n"
-                     "    # on this node only\n    local_mode=True,\n)  # built once\n"
-                     "distributor.run(  # go\n    train,  # the function\n    5,\n)")
+        cells.append(
+            f"distributor = TorchDistributor(\n    num_processes={first},  # one per GPU\n"
+            "    # on this node only\n    local_mode=True,\n)  # built once\n"
+            "distributor.run(  # go\n    train,  # the function\n    5,\n)"
+        )
     elif form == "device count name rebound":
         cells[0] += "\nn = torch.cuda.device_count()\nn = n // 2"
         cells.append("TorchDistributor(num_processes=n).run(train, 2)")
         clean = False
     elif form == "rebound distributor run from a function":
-        cells += [f"d = TorchDistributor({first})\nd.run(train, 1)", "def later():\n    d.run(evaluate)",
-                  f"d = TorchDistributor({second})\nd.run(evaluate)"]
+        cells += [
+            f"d = TorchDistributor({first})\nd.run(train, 1)",
+            "def later():\n    d.run(evaluate)",
+            f"d = TorchDistributor({second})\nd.run(evaluate)",
+        ]
         clean = False
     return Case(name, tuple(cells), clean, runs=False, spark_setup=builder)

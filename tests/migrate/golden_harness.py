@@ -39,7 +39,7 @@ def case_names(golden: Path) -> List[str]:
 def cells(source: str) -> List[str]:
     """The cells of a Databricks notebook source, as written between its separators."""
     assert source.startswith(_HEADER)
-    return source[len(_HEADER):].split(_SEPARATOR)
+    return source[len(_HEADER) :].split(_SEPARATOR)
 
 
 def _is_magic(cell: str) -> bool:
@@ -47,8 +47,10 @@ def _is_magic(cell: str) -> bool:
 
 
 def _unmagic(cell: str) -> str:
-    return "\n".join(line[len(_MAGIC) + 1:] if line.startswith(_MAGIC + " ") else line[len(_MAGIC):]
-                     for line in cell.strip("\n").splitlines())
+    return "\n".join(
+        line[len(_MAGIC) + 1 :] if line.startswith(_MAGIC + " ") else line[len(_MAGIC) :]
+        for line in cell.strip("\n").splitlines()
+    )
 
 
 def as_script(source: str) -> Optional[str]:
@@ -109,7 +111,7 @@ def report_lines(out: str, name: str) -> List[str]:
 def _record(line: str) -> str:
     """A report line without its position (``AMxxx severity message``), which a rewrite above it may move, nor the
     note that says a marker left by the write is what reports it now."""
-    return line[line.index(" AM"):].replace(LEFT_NOTE, "")
+    return line[line.index(" AM") :].replace(LEFT_NOTE, "")
 
 
 def expected_report(golden: Path, case: str) -> Dict[str, Tuple[str, List[str]]]:
@@ -132,8 +134,11 @@ def _update(golden: Path, case: str, form: str, output: bytes, codes: str, repor
     path = expected / "report.txt"
     sections = expected_report(golden, case) if path.exists() else {}
     sections[form] = (codes, report)
-    text = "".join(f"== {name}: {sections[name][0]}\n" + "".join(line + "\n" for line in sections[name][1])
-                   for name in FORMS if name in sections)
+    text = "".join(
+        f"== {name}: {sections[name][0]}\n" + "".join(line + "\n" for line in sections[name][1])
+        for name in FORMS
+        if name in sections
+    )
     path.write_text(text)
 
 
@@ -146,8 +151,9 @@ def git_work_tree(path: Path) -> Path:
 
 def assert_diff_applies(diff: str, cwd: Optional[Path] = None) -> None:
     """``git apply --check`` accepts ``diff`` against the files as they are now."""
-    applied = subprocess.run(["git", "apply", "--check", "-"], input=diff.encode("utf-8", "surrogateescape"),
-                             capture_output=True, cwd=cwd)
+    applied = subprocess.run(
+        ["git", "apply", "--check", "-"], input=diff.encode("utf-8", "surrogateescape"), capture_output=True, cwd=cwd
+    )
     assert applied.returncode == 0, applied.stderr.decode()
 
 

@@ -49,8 +49,9 @@ def migrate_text(
     return (result.migrated or result.original).decode(), [str(record) for record in result.records]
 
 
-def check_transformed(source: str, expected: str, codes: Sequence[str] = (), path: str = "job.py", **options: Any
-                      ) -> List[str]:
+def check_transformed(
+    source: str, expected: str, codes: Sequence[str] = (), path: str = "job.py", **options: Any
+) -> List[str]:
     """Migrating ``source`` gives ``expected`` (see :func:`report_of` for ``codes``, ``path`` and ``options``);
     returns the report lines."""
     assert source != expected, "nothing to transform: use check_noop"
@@ -75,8 +76,9 @@ def report_of(source: str, codes: Sequence[str] = (), path: str = "job.py", **op
         return migrate_text(source, path, **options)
     assert not options, "options apply to a whole file: name no codes"
     outcome = run_rules([REGISTRY[code] for code in codes], libcst.parse_module(source))
-    return outcome.module.code, [f"{path}:{f.line}:{f.column}: {f.code} {f.severity.value} {f.message}"
-                                 for f in outcome.findings]
+    return outcome.module.code, [
+        f"{path}:{f.line}:{f.column}: {f.code} {f.severity.value} {f.message}" for f in outcome.findings
+    ]
 
 
 def items(report: List[str]) -> List[str]:

@@ -34,7 +34,10 @@ CHANGES = [
         "from serverless_gpu import (\n    distributed,\n    runtime as rt,  # rank helpers\n)\n",
         "from databricks.air import (\n    distributed,\n    runtime as rt,  # rank helpers\n)\n",
     ),
-    ("import os, serverless_gpu\r\nprint(serverless_gpu.x)\r\n", "import os, databricks.air\r\nprint(databricks.air.x)\r\n"),
+    (
+        "import os, serverless_gpu\r\nprint(serverless_gpu.x)\r\n",
+        "import os, databricks.air\r\nprint(databricks.air.x)\r\n",
+    ),
     ("def f():\n\tfrom serverless_gpu import runtime\n", "def f():\n\tfrom databricks.air import runtime\n"),
 ]
 
@@ -69,8 +72,12 @@ def test_a_star_import_is_rewritten_and_flagged_for_review() -> None:
     module, findings = apply(REGISTRY["AM101"], libcst.parse_module("from serverless_gpu import *\n"))
     assert module.code == "from databricks.air import *\n"
     assert [(f.line, f.column, f.severity, f.message) for f in findings] == [
-        (1, 1, "review", "from serverless_gpu import * -> from databricks.air import *; list the names you use "
-         "instead of *")
+        (
+            1,
+            1,
+            "review",
+            "from serverless_gpu import * -> from databricks.air import *; list the names you use instead of *",
+        )
     ]
 
 
@@ -126,10 +133,14 @@ def test_an_import_in_a_plain_if_or_else_branch_is_rewritten(source: str) -> Non
             "it is: if code imports or patches by it (mock.patch, import_module), write databricks.air there",
         ),
         # Prose: a note (info), never an item for a person.
-        ('"""Trains with serverless_gpu."""\n',
-         "job.py:1:1: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"),
-        ('x = f"{n} GPUs of serverless_gpu"\n',
-         "job.py:1:5: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"),
+        (
+            '"""Trains with serverless_gpu."""\n',
+            "job.py:1:1: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is",
+        ),
+        (
+            'x = f"{n} GPUs of serverless_gpu"\n',
+            "job.py:1:5: AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is",
+        ),
     ],
 )
 def test_what_is_not_rewritten_is_reported(source: str, finding: str) -> None:

@@ -49,17 +49,24 @@ def test_other_functions_of_the_same_name_are_not_touched() -> None:
 
 
 def test_after_am101_the_same_calls_still_resolve() -> None:
-    check_transformed("from serverless_gpu import distributed as d\nd(gpus=1)(f)\n",
-                      "from databricks.air import distributed as d\nd(num_accelerators=1)(f)\n", ("AM101", "AM102"))
+    check_transformed(
+        "from serverless_gpu import distributed as d\nd(gpus=1)(f)\n",
+        "from databricks.air import distributed as d\nd(num_accelerators=1)(f)\n",
+        ("AM101", "AM102"),
+    )
 
 
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("from serverless_gpu import distributed\ndistributed(gpus=2, num_accelerators=2)(f)\n",
-         "both gpus= and num_accelerators= are given: keep one by hand"),
-        ("from serverless_gpu import distributed\ndistributed(**options)(f)\n",
-         "keywords passed through ** cannot be checked for gpus/gpu_type"),
+        (
+            "from serverless_gpu import distributed\ndistributed(gpus=2, num_accelerators=2)(f)\n",
+            "both gpus= and num_accelerators= are given: keep one by hand",
+        ),
+        (
+            "from serverless_gpu import distributed\ndistributed(**options)(f)\n",
+            "keywords passed through ** cannot be checked for gpus/gpu_type",
+        ),
     ],
 )
 def test_calls_that_cannot_be_confirmed_are_reported_and_left(source: str, message: str) -> None:

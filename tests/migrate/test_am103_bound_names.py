@@ -22,8 +22,10 @@ def databricks(*cells: str) -> str:
 
 def test_a_module_level_name_used_only_as_the_gpu_type_has_its_literal_rewritten() -> None:
     source = f'{IMPORT}\nGPU_TYPE = "H100"\n\n\n@distributed(gpus=8, gpu_type=GPU_TYPE)\ndef train():\n    return 1\n'
-    expected = ('from databricks.air import distributed\n\nGPU_TYPE = "GPU_8xH100"\n\n\n'
-                "@distributed(num_accelerators=8, accelerator_type=GPU_TYPE)\ndef train():\n    return 1\n")
+    expected = (
+        'from databricks.air import distributed\n\nGPU_TYPE = "GPU_8xH100"\n\n\n'
+        "@distributed(num_accelerators=8, accelerator_type=GPU_TYPE)\ndef train():\n    return 1\n"
+    )
     report = check_transformed(source, expected)
     assert report[1] == (
         "job.py:3:12: AM103 review 'H100' -> 'GPU_8xH100': GPU_TYPE is only used as the GPU type of the call(s) on "
@@ -40,9 +42,12 @@ def test_a_name_of_an_earlier_notebook_cell_and_a_count_given_by_name_are_follow
     )
     out, report = migrate_text(source, "notebook.py")
     assert out == source.replace('"h100"', '"GPU_8xH100"').replace("serverless_gpu", "databricks.air").replace(
-        "gpus=NUM_GPUS, gpu_type=", "num_accelerators=NUM_GPUS, accelerator_type=")
-    assert "notebook.py:cell 1:2:12: AM103 change 'h100' -> 'GPU_8xH100': GPU_TYPE is only used as the GPU type of " \
-           "the call(s) in cell 3" in report
+        "gpus=NUM_GPUS, gpu_type=", "num_accelerators=NUM_GPUS, accelerator_type="
+    )
+    assert (
+        "notebook.py:cell 1:2:12: AM103 change 'h100' -> 'GPU_8xH100': GPU_TYPE is only used as the GPU type of "
+        "the call(s) in cell 3" in report
+    )
     assert check_noop(out, path="notebook.py") == []
 
 
@@ -50,24 +55,32 @@ def test_a_jupyter_notebook_name_is_followed_across_cells() -> None:
     source = notebook("GPU_TYPE = 'A10'", IMPORT + "@distributed(gpus=2, gpu_type=GPU_TYPE)\ndef f(): ...")
     out, report = migrate_text(source, "nb.ipynb")
     cells = ["".join(cell["source"]) for cell in json.loads(out)["cells"][1:]]
-    assert cells == ["GPU_TYPE = 'GPU_1xA10'",
-                     "from databricks.air import distributed\n@distributed(num_accelerators=2, "
-                     "accelerator_type=GPU_TYPE)\ndef f(): ..."]
+    assert cells == [
+        "GPU_TYPE = 'GPU_1xA10'",
+        "from databricks.air import distributed\n@distributed(num_accelerators=2, "
+        "accelerator_type=GPU_TYPE)\ndef f(): ...",
+    ]
     assert not person_items(report)
 
 
 def test_the_new_keyword_with_an_old_value_in_a_name_is_rewritten_too() -> None:
-    source = 'from databricks.air import distributed\nGPU = "B300"\n\n@distributed(accelerator_type=GPU)\ndef f(): ...\n'
+    source = (
+        'from databricks.air import distributed\nGPU = "B300"\n\n@distributed(accelerator_type=GPU)\ndef f(): ...\n'
+    )
     out, _ = migrate_text(source)
     assert out == source.replace('"B300"', '"GPU_8xB300"')
 
 
 USED_ELSEWHERE = [
     ("print(GPU_TYPE)\n", "GPU_TYPE ('H100') is also used on line 7 for something other than a GPU type"),
-    ("cluster = make_cluster(gpu_type=GPU_TYPE)\n",
-     "GPU_TYPE ('H100') is also used on line 7 for something other than a GPU type"),
-    ("@distributed(gpus=1, gpu_type=GPU_TYPE)\ndef g(): ...\n",
-     "GPU_TYPE ('H100') is the GPU type of calls that need different accelerator types (GPU_1xH100 and GPU_8xH100)"),
+    (
+        "cluster = make_cluster(gpu_type=GPU_TYPE)\n",
+        "GPU_TYPE ('H100') is also used on line 7 for something other than a GPU type",
+    ),
+    (
+        "@distributed(gpus=1, gpu_type=GPU_TYPE)\ndef g(): ...\n",
+        "GPU_TYPE ('H100') is the GPU type of calls that need different accelerator types (GPU_1xH100 and GPU_8xH100)",
+    ),
     ("N = GPU_TYPE.lower()\n", "GPU_TYPE ('H100') is also used on line 7 for something other than a GPU type"),
 ]
 
@@ -87,39 +100,52 @@ def test_a_name_also_used_otherwise_is_left_and_reported_at_each_call_every_run(
 @pytest.mark.parametrize(
     "binding, why",
     [
-        ('GPU_TYPE = cfg.gpu\nGPU_TYPE = cfg.other\n', "GPU_TYPE is bound more than once in this file"),
-        ("from settings import GPU_TYPE\n", "GPU_TYPE is not bound to a string literal (it is imported, computed or "
-                                           "set in a loop)"),
-        ('GPU_TYPE = dbutils.widgets.get("gpu")\n', "GPU_TYPE is not bound to a string literal (it is imported, "
-                                                    "computed or set in a loop)"),
+        ("GPU_TYPE = cfg.gpu\nGPU_TYPE = cfg.other\n", "GPU_TYPE is bound more than once in this file"),
+        (
+            "from settings import GPU_TYPE\n",
+            "GPU_TYPE is not bound to a string literal (it is imported, computed or set in a loop)",
+        ),
+        (
+            'GPU_TYPE = dbutils.widgets.get("gpu")\n',
+            "GPU_TYPE is not bound to a string literal (it is imported, computed or set in a loop)",
+        ),
         ("", "GPU_TYPE is not bound in this file (imported from another module, or set by a %run notebook?)"),
-        ('for GPU_TYPE in ["H100"]:\n    pass\n', "GPU_TYPE is not bound to a string literal (it is imported, "
-                                                 "computed or set in a loop)"),
+        (
+            'for GPU_TYPE in ["H100"]:\n    pass\n',
+            "GPU_TYPE is not bound to a string literal (it is imported, computed or set in a loop)",
+        ),
     ],
     ids=["twice", "imported", "computed", "unbound", "loop"],
 )
 def test_a_name_not_bound_to_one_literal_is_reported_on_the_old_keyword(binding: str, why: str) -> None:
     source = f"{IMPORT}{binding}\n@distributed(gpus=8, gpu_type=GPU_TYPE)\ndef f(): ...\n"
     out, report = migrate_text(source)
-    item = (f"AM109 manual {why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
-            "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'")
+    item = (
+        f"AM109 manual {why}, so air-migrate cannot tell whether it is an old GPU model name (which the runtime "
+        "warns about): make sure its value is an accelerator type such as 'GPU_8xH100'"
+    )
     assert person_items(report) == [item]
     # The keyword is renamed, and the marker above the decorator keeps the item reported on every later run.
     marker = "# TODO(air-migrate AM109): " + item.split(" manual ", 1)[1]
     assert out == source.replace("serverless_gpu", "databricks.air").replace(
-        "gpus=8, gpu_type=", "num_accelerators=8, accelerator_type=").replace("\n@", f"\n{marker}\n@")
+        "gpus=8, gpu_type=", "num_accelerators=8, accelerator_type="
+    ).replace("\n@", f"\n{marker}\n@")
     assert person_items(migrate_text(out)[1]) == [item + LEFT_NOTE]
 
 
 @pytest.mark.parametrize("keyword", ["gpu_type", "accelerator_type"])
 def test_a_name_bound_more_than_once_to_an_old_model_is_reported_on_either_keyword(keyword: str) -> None:
-    source = f'{IMPORT}GPU_TYPE = "H100"\nif small:\n    GPU_TYPE = "A10"\n' \
-             f"@distributed(gpus=8, {keyword}=GPU_TYPE)\ndef f(): ...\n"
+    source = (
+        f'{IMPORT}GPU_TYPE = "H100"\nif small:\n    GPU_TYPE = "A10"\n'
+        f"@distributed(gpus=8, {keyword}=GPU_TYPE)\ndef f(): ...\n"
+    )
     out, report = migrate_text(source)
     assert "accelerator_type=GPU_TYPE" in out
-    expected = ("AM109 manual GPU_TYPE is bound more than once in this file, among them to the old GPU model name "
-                "'A10' and 'H100' (which the runtime warns about), so it is left as it is: give it, or this call, an "
-                "accelerator type such as 'GPU_8xH100'")
+    expected = (
+        "AM109 manual GPU_TYPE is bound more than once in this file, among them to the old GPU model name "
+        "'A10' and 'H100' (which the runtime warns about), so it is left as it is: give it, or this call, an "
+        "accelerator type such as 'GPU_8xH100'"
+    )
     assert person_items(report) == [expected]
     assert person_items(migrate_text(out)[1]) == [expected]  # the second run too
 
@@ -130,8 +156,9 @@ def test_a_name_bound_in_a_later_cell_or_read_in_an_unparsed_cell_is_kept() -> N
         "AM109 manual GPU_TYPE ('H100') is used before the statement that binds it, so it is left as it is: write "
         'accelerator_type="GPU_8xH100" here'
     ]
-    magic = notebook('GPU_TYPE = "H100"', "%time print(GPU_TYPE)",
-                     IMPORT + "@distributed(gpus=8, gpu_type=GPU_TYPE)\ndef f(): ...")
+    magic = notebook(
+        'GPU_TYPE = "H100"', "%time print(GPU_TYPE)", IMPORT + "@distributed(gpus=8, gpu_type=GPU_TYPE)\ndef f(): ..."
+    )
     assert person_items(migrate_text(magic, "n.ipynb")[1]) == [
         "AM109 manual GPU_TYPE ('H100') also appears in a cell or magic air-migrate cannot read, so it is left as it "
         'is: write accelerator_type="GPU_8xH100" here'
@@ -148,8 +175,10 @@ def test_a_name_that_is_no_model_blocks_as_its_literal_would() -> None:
 
 
 def test_an_h100_name_needs_a_count_that_is_known() -> None:
-    source = (f'{IMPORT}import os\nGPU_TYPE = "H100"\nN = int(os.environ["N"])\n'
-              "@distributed(gpus=N, gpu_type=GPU_TYPE)\ndef f(): ...\n")
+    source = (
+        f'{IMPORT}import os\nGPU_TYPE = "H100"\nN = int(os.environ["N"])\n'
+        "@distributed(gpus=N, gpu_type=GPU_TYPE)\ndef f(): ...\n"
+    )
     assert person_items(migrate_text(source)[1]) == [
         "AM104 blocking GPU_TYPE ('H100') maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a "
         "literal here: write the accelerator type"
@@ -157,23 +186,31 @@ def test_an_h100_name_needs_a_count_that_is_known() -> None:
 
 
 def test_a_local_variable_or_an_expression_on_the_old_keyword_is_reported() -> None:
-    source = (f"{IMPORT}def main(cfg):\n    gpu = 'H100'\n\n    @distributed(gpus=8, gpu_type=gpu)\n    def f(): ...\n\n"
-              "    @distributed(gpus=8, gpu_type=cfg['gpu'])\n    def g(): ...\n")
+    source = (
+        f"{IMPORT}def main(cfg):\n    gpu = 'H100'\n\n    @distributed(gpus=8, gpu_type=gpu)\n    def f(): ...\n\n"
+        "    @distributed(gpus=8, gpu_type=cfg['gpu'])\n    def g(): ...\n"
+    )
     out, report = migrate_text(source)
     assert "accelerator_type=gpu)" in out and "gpu = 'H100'" in out
-    assert [item.split(":")[0] for item in person_items(report)] == ["AM109 manual gpu_type=gpu",
-                                                                      "AM109 manual gpu_type=cfg['gpu'] is not a literal, so air-migrate cannot tell whether it is an old GPU model name (which the runtime warns about)"]
+    assert [item.split(":")[0] for item in person_items(report)] == [
+        "AM109 manual gpu_type=gpu",
+        "AM109 manual gpu_type=cfg['gpu'] is not a literal, so air-migrate cannot tell whether it is an old GPU model name (which the runtime warns about)",
+    ]
 
 
 def test_the_new_keyword_with_a_value_it_cannot_follow_is_left_quiet() -> None:
-    source = "from databricks.air import distributed\nfrom settings import TYPE\n\n" \
-             "@distributed(accelerator_type=TYPE)\ndef f(): ...\n@distributed(accelerator_type=cfg.type)\ndef g(): ...\n"
+    source = (
+        "from databricks.air import distributed\nfrom settings import TYPE\n\n"
+        "@distributed(accelerator_type=TYPE)\ndef f(): ...\n@distributed(accelerator_type=cfg.type)\ndef g(): ...\n"
+    )
     assert check_noop(source) == []
 
 
 def test_a_name_bound_to_a_gpu_type_member_is_left_to_am108() -> None:
-    source = "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n" \
-             "GPU = GPUType.H100\n@distributed(gpus=8, gpu_type=GPU)\ndef f(): ...\n"
+    source = (
+        "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n"
+        "GPU = GPUType.H100\n@distributed(gpus=8, gpu_type=GPU)\ndef f(): ...\n"
+    )
     assert [item.split(" ", 2)[:2] for item in person_items(migrate_text(source)[1])] == [["AM108", "manual"]]
 
 

@@ -19,10 +19,17 @@ AM103 = ("AM103",)
 @pytest.mark.parametrize(
     "model, count, expected",
     [
-        ("A10", None, "GPU_1xA10"), ("A10", 4, "GPU_1xA10"),
-        ("B300", None, "GPU_8xB300"), ("B300", 16, "GPU_8xB300"),
-        ("H100", 1, "GPU_1xH100"), ("H100", 8, "GPU_8xH100"), ("H100", 64, "GPU_8xH100"),
-        ("H100", None, None), ("H100", 4, None), ("H100", 0, None), ("h100", 8, None),
+        ("A10", None, "GPU_1xA10"),
+        ("A10", 4, "GPU_1xA10"),
+        ("B300", None, "GPU_8xB300"),
+        ("B300", 16, "GPU_8xB300"),
+        ("H100", 1, "GPU_1xH100"),
+        ("H100", 8, "GPU_8xH100"),
+        ("H100", 64, "GPU_8xH100"),
+        ("H100", None, None),
+        ("H100", 4, None),
+        ("H100", 0, None),
+        ("h100", 8, None),
     ],
 )
 def test_the_mapping_table(model: str, count: Optional[int], expected: Optional[str]) -> None:
@@ -41,10 +48,16 @@ HEADER = "from databricks.air import distributed\n"
 @pytest.mark.parametrize(
     "call, expected",
     [
-        ('@distributed(num_accelerators=8, accelerator_type="H100")', '@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")'),
+        (
+            '@distributed(num_accelerators=8, accelerator_type="H100")',
+            '@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")',
+        ),
         ("@distributed(gpus=1, gpu_type='H100')", "@distributed(gpus=1, gpu_type='GPU_1xH100')"),
         ('@distributed(accelerator_type="A10")', '@distributed(accelerator_type="GPU_1xA10")'),
-        ("@distributed(num_accelerators=16, accelerator_type=r'B300')", "@distributed(num_accelerators=16, accelerator_type=r'GPU_8xB300')"),
+        (
+            "@distributed(num_accelerators=16, accelerator_type=r'B300')",
+            "@distributed(num_accelerators=16, accelerator_type=r'GPU_8xB300')",
+        ),
     ],
 )
 def test_literal_types_are_mapped_with_the_literal_count(call: str, expected: str) -> None:
@@ -72,14 +85,19 @@ def test_what_cannot_be_mapped_exactly_is_reported_with_its_code(call: str, code
 
 
 def test_gpu_type_members_are_left_to_am108() -> None:
-    source = "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n" \
-             "@distributed(gpus=8, gpu_type=GPUType.H100)\ndef f(): ...\n"
+    source = (
+        "from serverless_gpu import distributed\nfrom serverless_gpu.compute import GPUType\n"
+        "@distributed(gpus=8, gpu_type=GPUType.H100)\ndef f(): ...\n"
+    )
     assert check_noop(source, AM103) == []
 
 
 def test_the_quotes_of_the_literal_are_kept() -> None:
-    check_transformed(f"{HEADER}distributed(accelerator_type=\"\"\"A10\"\"\", num_accelerators=1)(f)\n",
-                      f"{HEADER}distributed(accelerator_type=\"\"\"GPU_1xA10\"\"\", num_accelerators=1)(f)\n", AM103)
+    check_transformed(
+        f'{HEADER}distributed(accelerator_type="""A10""", num_accelerators=1)(f)\n',
+        f'{HEADER}distributed(accelerator_type="""GPU_1xA10""", num_accelerators=1)(f)\n',
+        AM103,
+    )
 
 
 def test_the_change_is_reported_with_the_literal_before_and_after() -> None:

@@ -75,9 +75,7 @@ GOLDEN = [
         id="already-imported-new-class",
     ),
     pytest.param(
-        "import serverless_gpu as sg\n"
-        "@sg.distributed(gpus=8, gpu_type=sg.compute.GPUType.H100)\n"
-        "def f(): ...\n",
+        "import serverless_gpu as sg\n@sg.distributed(gpus=8, gpu_type=sg.compute.GPUType.H100)\ndef f(): ...\n",
         "import databricks.air as sg\n"
         "@sg.distributed(num_accelerators=8, accelerator_type=sg.compute.AcceleratorType.GPU_8xH100)\n"
         "def f(): ...\n",
@@ -130,14 +128,23 @@ def test_taking_gpu_type_out_of_a_plain_module_is_flagged_for_review() -> None:
 @pytest.mark.parametrize(
     "call, code, message",
     [
-        ("distributed(num_accelerators=n, accelerator_type=GPUType.H100)", "AM104",
-         "GPUType.H100 maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a literal here: write "
-         "the accelerator type"),
-        ("distributed(gpus=4, gpu_type=GPUType.H100)", "AM105",
-         "GPUType.H100 with 4 GPUs has no accelerator type: write one by hand"),
-        ("distributed(gpus=8, gpu_type=GPUType.h100)", "AM106",
-         "GPU type GPUType.h100 is not mapped automatically: use one of ['GPU_1xA10', 'GPU_1xH100', 'GPU_8xH100', "
-         "'GPU_8xB300']"),
+        (
+            "distributed(num_accelerators=n, accelerator_type=GPUType.H100)",
+            "AM104",
+            "GPUType.H100 maps to GPU_1xH100 or GPU_8xH100 depending on the count, which is not a literal here: write "
+            "the accelerator type",
+        ),
+        (
+            "distributed(gpus=4, gpu_type=GPUType.H100)",
+            "AM105",
+            "GPUType.H100 with 4 GPUs has no accelerator type: write one by hand",
+        ),
+        (
+            "distributed(gpus=8, gpu_type=GPUType.h100)",
+            "AM106",
+            "GPU type GPUType.h100 is not mapped automatically: use one of ['GPU_1xA10', 'GPU_1xH100', 'GPU_8xH100', "
+            "'GPU_8xB300']",
+        ),
     ],
 )
 def test_what_has_no_exact_type_blocks_the_file_with_its_own_code(call: str, code: str, message: str) -> None:
@@ -257,8 +264,10 @@ def test_an_alias_used_alone_in_a_later_cell_is_still_found() -> None:
     )
     out, report = migrate_text(nbformat.writes(nb) + "\n", "nb.ipynb")
     cells = ["".join(cell["source"]) for cell in json.loads(out)["cells"]]
-    assert cells[0] == "from databricks.air import distributed\nfrom databricks.air.compute import GPUType as T, " \
-                       "AcceleratorType"
+    assert (
+        cells[0] == "from databricks.air import distributed\nfrom databricks.air.compute import GPUType as T, "
+        "AcceleratorType"
+    )
     assert cells[2] == "@distributed(num_accelerators=8, accelerator_type=AcceleratorType.GPU_8xH100)\ndef train(): ..."
     assert cells[3] == "%time x = T.A10"  # inside a magic: still a use, so T stays imported
     assert am108(report)[-1] == "nb.ipynb:cell 3:1:31: AM108 change T.H100 -> AcceleratorType.GPU_8xH100"

@@ -107,11 +107,19 @@ def test_in_a_databricks_source_only_the_pip_line_of_the_magic_cell_changes() ->
     ).replace("from serverless_gpu import", "from databricks.air import")
     pip = [r for r in result.records if r.code == "AM110"]
     assert [(r.cell, r.line, r.column, r.end_column, r.severity, r.message) for r in pip] == [
-        (1, 2, 25, 46, "review", "serverless_gpu -> databricks-sdk-air; the version specifier ==0.5.1 is dropped: "
-         "it applies to serverless_gpu, not to databricks-sdk-air"),
+        (
+            1,
+            2,
+            25,
+            46,
+            "review",
+            "serverless_gpu -> databricks-sdk-air; the version specifier ==0.5.1 is dropped: "
+            "it applies to serverless_gpu, not to databricks-sdk-air",
+        ),
     ]  # nothing in the markdown cell
     assert (pip[0].before, pip[0].after) == (
-        "# MAGIC %pip install -q serverless_gpu==0.5.1 torch  ", "# MAGIC %pip install -q databricks-sdk-air torch  "
+        "# MAGIC %pip install -q serverless_gpu==0.5.1 torch  ",
+        "# MAGIC %pip install -q databricks-sdk-air torch  ",
     )
 
 
@@ -149,8 +157,10 @@ def test_in_a_jupyter_notebook_the_magic_is_rewritten_in_its_masked_cell() -> No
 
 
 def test_a_blocked_file_keeps_its_pip_lines_too() -> None:
-    source = "# Databricks notebook source\n# MAGIC %pip install serverless_gpu\n\n# COMMAND ----------\n\n" \
-             "from serverless_gpu import distributed\ndistributed(**options)(f)\n"
+    source = (
+        "# Databricks notebook source\n# MAGIC %pip install serverless_gpu\n\n# COMMAND ----------\n\n"
+        "from serverless_gpu import distributed\ndistributed(**options)(f)\n"
+    )
     assert migrate_file("nb.py", source.encode(), RULES, fix_pip=True).migrated is None
     partial = migrate_file("nb.py", source.encode(), RULES, fix_pip=True, partial=True).migrated
     assert partial is not None and b"%pip install databricks-sdk-air\n" in partial
@@ -181,8 +191,10 @@ def test_a_bare_pip_line_in_a_databricks_python_cell_is_reported_and_fixed() -> 
         ("# MAGIC pip install -q serverless_gpu torch", "# MAGIC pip install -q databricks-sdk-air torch"),
         ("# MAGIC %sh pip install serverless_gpu", "# MAGIC %sh pip install databricks-sdk-air"),
         ("# MAGIC cd /tmp && pip3 install serverless-gpu", "# MAGIC cd /tmp && pip3 install databricks-sdk-air"),
-        ("# MAGIC sudo -H python3 -m pip install serverless_gpu",
-         "# MAGIC sudo -H python3 -m pip install databricks-sdk-air"),
+        (
+            "# MAGIC sudo -H python3 -m pip install serverless_gpu",
+            "# MAGIC sudo -H python3 -m pip install databricks-sdk-air",
+        ),
         ("pip install 'serverless_gpu[ray]'", "pip install 'databricks-sdk-air[ray]'"),
     ],
 )
@@ -211,7 +223,8 @@ def test_shell_cells_of_a_databricks_source_are_fixed_and_markdown_is_not() -> N
         "pip install serverless_gpu==0.5", "pip install databricks-sdk-air"
     ).replace("%sh pip install serverless_gpu", "%sh pip install databricks-sdk-air")
     assert [(r.cell, r.line, r.severity) for r in result.records if r.code == "AM110"] == [
-        (1, 3, "review"), (2, 7, "change")
+        (1, 3, "review"),
+        (2, 7, "change"),
     ]
 
 
@@ -227,7 +240,9 @@ def test_shell_cell_magics_of_a_jupyter_notebook_are_fixed(magic: str) -> None:
     result = migrate_file("nb.ipynb", (nbformat.writes(nb) + "\n").encode(), RULES, fix_pip=True)
     assert result.migrated is not None
     cells = ["".join(cell["source"]) for cell in json.loads(result.migrated)["cells"]]
-    assert cells == [f"{magic}\npip install -U databricks-air-oss\necho ok",
-                     "%%script python\npip install serverless_gpu"]
+    assert cells == [
+        f"{magic}\npip install -U databricks-air-oss\necho ok",
+        "%%script python\npip install serverless_gpu",
+    ]
     reported = migrate_file("nb.ipynb", (nbformat.writes(nb) + "\n").encode(), RULES)
     assert [(r.cell, r.line, r.severity) for r in reported.records if r.code == "AM110"] == [(1, 2, "manual")]

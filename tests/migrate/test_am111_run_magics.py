@@ -25,8 +25,9 @@ def _notebook(*cells: str) -> bytes:
 
 def test_a_run_magic_in_a_jupyter_notebook_is_reported() -> None:
     result = migrate_file("nb.ipynb", _notebook("%run ./setup", "@distributed(gpus=2)\ndef f(): ..."), RULES)
-    runs = [(r.cell, r.line, r.column, r.end_column, r.severity, r.message) for r in result.records
-            if r.code == "AM111"]
+    runs = [
+        (r.cell, r.line, r.column, r.end_column, r.severity, r.message) for r in result.records if r.code == "AM111"
+    ]
     assert runs == [(2, 1, 1, 13, "manual", MESSAGE)]  # the markdown cell's mention is not code
 
 
@@ -36,9 +37,7 @@ def test_a_magic_run_line_in_a_databricks_source_is_reported_and_kept() -> None:
         "from serverless_gpu import distributed\n"
     )
     result = migrate_file("nb.py", source.encode(), RULES)
-    assert [(r.cell, r.line, r.column, r.message) for r in result.records if r.code == "AM111"] == [
-        (1, 2, 9, MESSAGE)
-    ]
+    assert [(r.cell, r.line, r.column, r.message) for r in result.records if r.code == "AM111"] == [(1, 2, 9, MESSAGE)]
     assert result.migrated is not None and b"# MAGIC %run ./setup\n" in result.migrated  # not blocking
 
 

@@ -17,8 +17,16 @@ from typing import Dict
 
 import pytest
 
-from golden_harness import (assert_diff_applies, case_names, check_golden, expected_report, forms, git_work_tree,
-                            parameters, run_cli)
+from golden_harness import (
+    assert_diff_applies,
+    case_names,
+    check_golden,
+    expected_report,
+    forms,
+    git_work_tree,
+    parameters,
+    run_cli,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "serverless_gpu"
 CASES = case_names(GOLDEN)
@@ -53,9 +61,12 @@ def test_every_case_is_checked_in_every_form_it_has() -> None:
 
 
 def test_decorator_through_an_alias_of_distributed_is_migrated_or_reported(
-        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = 'from serverless_gpu import distributed\n\nrun_on = distributed\n\n@run_on(gpus=8, gpu_type="H100")\n' \
-             'def train(): ...\n'
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = (
+        'from serverless_gpu import distributed\n\nrun_on = distributed\n\n@run_on(gpus=8, gpu_type="H100")\n'
+        "def train(): ...\n"
+    )
     Path("alias.py").write_text(source)
     _, out = run_cli(["--check", "alias.py"], capsys)
     about_the_decorator = [line for line in out.splitlines() if line.startswith("alias.py:5:")]
@@ -63,19 +74,27 @@ def test_decorator_through_an_alias_of_distributed_is_migrated_or_reported(
 
 
 # Byte preservation of plain scripts, in shapes the notebook-derived forms cannot express.
-_SCRIPT = 'from serverless_gpu import distributed\n\n@distributed(gpus=8, gpu_type="H100")\ndef train():\n\tprint("x")\n'
-_MIGRATED = ('from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")\n'
-             'def train():\n\tprint("x")\n')
+_SCRIPT = (
+    'from serverless_gpu import distributed\n\n@distributed(gpus=8, gpu_type="H100")\ndef train():\n\tprint("x")\n'
+)
+_MIGRATED = (
+    'from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type="GPU_8xH100")\n'
+    'def train():\n\tprint("x")\n'
+)
 BYTE_CASES = {
     "crlf": (_SCRIPT.replace("\n", "\r\n").encode(), _MIGRATED.replace("\n", "\r\n").encode()),
     "utf8_bom": (b"\xef\xbb\xbf" + _SCRIPT.encode(), b"\xef\xbb\xbf" + _MIGRATED.encode()),
     "no_final_newline": (_SCRIPT.rstrip("\n").encode(), _MIGRATED.rstrip("\n").encode()),
-    "tabs_and_non_ascii": (("# caf\u00e9 \u2014 train\n" + _SCRIPT).encode(), ("# caf\u00e9 \u2014 train\n" + _MIGRATED).encode()),
+    "tabs_and_non_ascii": (
+        ("# caf\u00e9 \u2014 train\n" + _SCRIPT).encode(),
+        ("# caf\u00e9 \u2014 train\n" + _MIGRATED).encode(),
+    ),
 }
 
 
-def _migrate_and_check(path: Path, expected: bytes, capsys: pytest.CaptureFixture[str], *targets: str,
-                       git_applies: bool = True) -> None:
+def _migrate_and_check(
+    path: Path, expected: bytes, capsys: pytest.CaptureFixture[str], *targets: str, git_applies: bool = True
+) -> None:
     """--diff applies with git, write mode writes exactly ``expected`` to ``path``, a second run is a no-op."""
     before = path.read_bytes()
     diff_code, diff = run_cli(["--diff", *targets], capsys)
@@ -107,7 +126,8 @@ def test_checkpoint_directory_is_left_alone(workdir: Path, capsys: pytest.Captur
 
 
 def test_symlinked_file_keeps_its_link_and_its_target_is_edited(
-        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (workdir / "real").mkdir()
     target = workdir / "real" / "train.py"
     target.write_text(_SCRIPT)

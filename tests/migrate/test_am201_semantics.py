@@ -11,7 +11,7 @@ from typing import List
 
 import pytest
 from cli_fixtures import notebook
-from rule_helpers import check_noop, check_transformed, migrate_text, person_items
+from rule_helpers import check_noop, migrate_text, person_items
 
 IMPORT = "from pyspark.ml.torch.distributor import TorchDistributor\n"
 SEPARATOR = "\n# COMMAND ----------\n\n"
@@ -24,16 +24,20 @@ def test_the_new_decorator_keeps_no_time_limit_in_plain_sight_and_says_how_to_ch
     source = f"{IMPORT}\n\ndef fine_tune(epochs):\n    return epochs\n\n\nTorchDistributor(num_processes=8).run(fine_tune, 3)\n"
     out, report = migrate_text(source)
     assert "@distributed(num_accelerators=8, timeout=None)\ndef fine_tune(epochs):" in out
-    assert "job.py:4:1: AM218 review timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without " \
-           "it, @distributed stops a call after 3 hours (timeout=10800 s) and raises LocalExecutionTimeoutError; " \
-           "to cap fine_tune, write timeout=SECONDS, the longest run you expect with a margin" in report
+    assert (
+        "job.py:4:1: AM218 review timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
+        "it, @distributed stops a call after 3 hours (timeout=10800 s) and raises LocalExecutionTimeoutError; "
+        "to cap fine_tune, write timeout=SECONDS, the longest run you expect with a margin" in report
+    )
     assert check_noop(out) == []
 
 
 @pytest.mark.parametrize(
     "arguments, decorator",
-    [("torch.cuda.device_count()", "@distributed(timeout=None)"),
-     ("2, use_gpu=False", '@distributed(num_accelerators=2, accelerator_type="CPU", timeout=None)')],
+    [
+        ("torch.cuda.device_count()", "@distributed(timeout=None)"),
+        ("2, use_gpu=False", '@distributed(num_accelerators=2, accelerator_type="CPU", timeout=None)'),
+    ],
 )
 def test_every_decorator_form_says_timeout_none(arguments: str, decorator: str) -> None:
     source = f"import torch\n{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor({arguments}).run(train)\n"
@@ -60,7 +64,8 @@ def test_a_distributor_rebound_in_each_cell_with_its_own_runs_is_rewritten() -> 
     assert out == databricks(
         "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\n"
         "def a():\n    return 1\n\n\n@distributed(num_accelerators=4, timeout=None)\ndef b():\n    return 2\n",
-        "a.distributed()\n", "b.distributed()\n",
+        "a.distributed()\n",
+        "b.distributed()\n",
     )
     assert not person_items(report)
     assert sum(" AM205 change d = TorchDistributor(...) removed" in line for line in report) == 2
@@ -86,8 +91,9 @@ def test_a_jupyter_notebook_rebinding_its_distributor_in_the_same_cell_is_rewrit
 def test_a_rebound_distributor_whose_uses_cannot_be_told_apart_is_blocked(cells: List[str]) -> None:
     source = databricks(IMPORT + "\n" + FUNCTIONS, *cells)
     report = check_noop(source, path="nb.py")
-    assert person_items(report) and all(item.startswith("AM212 blocking d is bound more than once") for item in
-                                 person_items(report))
+    assert person_items(report) and all(
+        item.startswith("AM212 blocking d is bound more than once") for item in person_items(report)
+    )
 
 
 def test_a_binding_in_a_loop_whose_runs_follow_other_bindings_at_once_is_left_and_the_runs_rewritten() -> None:
@@ -95,8 +101,10 @@ def test_a_binding_in_a_loop_whose_runs_follow_other_bindings_at_once_is_left_an
     out, report = migrate_text(databricks(IMPORT + "\n" + FUNCTIONS, *cells), "nb.py")
     assert "a.distributed()\n" in out and "b.distributed()\n" in out and "    d = TorchDistributor(4)\n" in out
     assert IMPORT in out  # the loop's distributor still needs it
-    assert person_items(report) == ["AM212 manual d = TorchDistributor(...) is never run in this file, so it is left "
-                                    "as it is (and so is its import): remove it if nothing else uses it"]
+    assert person_items(report) == [
+        "AM212 manual d = TorchDistributor(...) is never run in this file, so it is left "
+        "as it is (and so is its import): remove it if nothing else uses it"
+    ]
 
 
 def test_one_function_run_by_two_rebound_distributors_of_different_sizes_is_blocked() -> None:
@@ -114,9 +122,11 @@ COUNTS = [
 
 @pytest.mark.parametrize("binding, _", COUNTS, ids=["plain", "annotated", "imported function"])
 def test_a_name_bound_once_to_the_device_count_is_every_gpu_as_the_inline_form_is(binding: str, _: str) -> None:
-    source = databricks(f"import torch\n{IMPORT}{binding}",
-                        "def train():\n    return 1\n",
-                        'print(f"{n} GPUs")\nTorchDistributor(num_processes=n).run(train)\n')
+    source = databricks(
+        f"import torch\n{IMPORT}{binding}",
+        "def train():\n    return 1\n",
+        'print(f"{n} GPUs")\nTorchDistributor(num_processes=n).run(train)\n',
+    )
     out, report = migrate_text(source, "nb.py")
     assert "@distributed(timeout=None)\ndef train():" in out and "train.distributed()\n" in out
     assert binding in out  # the variable stays: it may be read elsewhere
@@ -124,8 +134,10 @@ def test_a_name_bound_once_to_the_device_count_is_every_gpu_as_the_inline_form_i
 
 
 def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
-    source = (f"import torch\n{IMPORT}\ndef train():\n    return 1\n\n\ndef main():\n"
-              "    gpus = torch.cuda.device_count()\n    TorchDistributor(gpus, True, True).run(train)\n")
+    source = (
+        f"import torch\n{IMPORT}\ndef train():\n    return 1\n\n\ndef main():\n"
+        "    gpus = torch.cuda.device_count()\n    TorchDistributor(gpus, True, True).run(train)\n"
+    )
     out, report = migrate_text(source)
     assert "@distributed(timeout=None)\ndef train():" in out and "    train.distributed()\n" in out
     assert not person_items(report)
@@ -142,8 +154,11 @@ def test_a_local_count_of_a_function_is_followed_in_that_function() -> None:
     ids=["rebound", "expression", "magic", "two literals"],
 )
 def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> None:
-    source = notebook(f"import torch\n{IMPORT}{binding}", extra + "def train():\n    return 1",
-                      "TorchDistributor(num_processes=n).run(train)")
+    source = notebook(
+        f"import torch\n{IMPORT}{binding}",
+        extra + "def train():\n    return 1",
+        "TorchDistributor(num_processes=n).run(train)",
+    )
     report = check_noop(source, path="nb.ipynb")
     assert person_items(report)[0] == (
         "AM208 blocking num_processes=n, and n is not bound to an integer literal or to torch.cuda.device_count() "
@@ -154,16 +169,21 @@ def test_any_other_count_name_is_blocked_as_before(binding: str, extra: str) -> 
 
 @pytest.mark.parametrize("binding", ["N = 4\n", "N: int = 4\n", "N = 4\nN = 4\n"], ids=["once", "annotated", "same"])
 def test_a_count_name_bound_to_an_integer_literal_is_carried_over(binding: str) -> None:
-    source = databricks(f"import torch\n{IMPORT}{binding}", "def train():\n    return 1\n",
-                        "TorchDistributor(num_processes=N).run(train)\n")
+    source = databricks(
+        f"import torch\n{IMPORT}{binding}",
+        "def train():\n    return 1\n",
+        "TorchDistributor(num_processes=N).run(train)\n",
+    )
     out, report = migrate_text(source, "nb.py")
     assert "@distributed(num_accelerators=4, timeout=None)\ndef train():" in out and binding.split("\n")[0] in out
     assert not person_items(report)
 
 
 def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() -> None:
-    source = f"import torch\n{IMPORT}n = torch.cuda.device_count()\n\ndef train():\n    return 1\n\n" \
-             "TorchDistributor(n, use_gpu=False).run(train)\n"
+    source = (
+        f"import torch\n{IMPORT}n = torch.cuda.device_count()\n\ndef train():\n    return 1\n\n"
+        "TorchDistributor(n, use_gpu=False).run(train)\n"
+    )
     assert person_items(migrate_text(source)[1]) == [
         "AM208 blocking num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: write "
         "the number of CPU ranks"
@@ -174,8 +194,9 @@ def test_a_device_count_name_for_cpu_ranks_is_blocked_as_the_inline_form_is() ->
 
 
 def _comments(text: str) -> List[str]:
-    return [token.string for token in tokenize.generate_tokens(io.StringIO(text).readline)
-            if token.type == tokenize.COMMENT]
+    return [
+        token.string for token in tokenize.generate_tokens(io.StringIO(text).readline) if token.type == tokenize.COMMENT
+    ]
 
 
 def test_the_comments_of_a_removed_multi_line_distributor_go_above_the_new_decorator() -> None:
@@ -191,14 +212,17 @@ def test_the_comments_of_a_removed_multi_line_distributor_go_above_the_new_decor
         "loss = train.distributed(3)[0]\n",
     )
     decorator = next(line for line in report if " AM201 change @distributed" in line)
-    assert decorator.endswith("added to train, which TorchDistributor ran, below the comments of the "
-                              "TorchDistributor(...) it replaces")
+    assert decorator.endswith(
+        "added to train, which TorchDistributor ran, below the comments of the TorchDistributor(...) it replaces"
+    )
     assert check_noop(out, path="nb.py") == []
 
 
 def test_the_comments_of_a_chained_constructor_go_above_the_decorator_of_a_function_in_a_block() -> None:
-    source = (f"{IMPORT}\n\nclass Jobs:\n    pass\n\n\nif True:\n    def train():\n        return 1\n\n"
-              "    TorchDistributor(\n        num_processes=2,  # two ranks\n    ).run(train)  # go\n")
+    source = (
+        f"{IMPORT}\n\nclass Jobs:\n    pass\n\n\nif True:\n    def train():\n        return 1\n\n"
+        "    TorchDistributor(\n        num_processes=2,  # two ranks\n    ).run(train)  # go\n"
+    )
     out, _ = migrate_text(source)
     assert "    # two ranks\n    @distributed(num_accelerators=2, timeout=None)\n    def train():" in out
     assert "    train.distributed()  # go\n" in out
@@ -214,15 +238,17 @@ def test_the_comments_of_a_chained_constructor_go_above_the_decorator_of_a_funct
     ids=["replaced", "in a line that stays", "a name dropped"],
 )
 def test_every_comment_of_a_file_is_still_there_after_the_rewrite(imports: str) -> None:
-    source = (f"{imports}\n# Trains.\ndef train():\n    return 1\n\n\n# Run it.\nd = TorchDistributor(\n"
-              "    2,  # ranks\n)  # d\nd.run(  # now\n    train,  # the function\n)\nget_gpus_owned = os = 1\n")
+    source = (
+        f"{imports}\n# Trains.\ndef train():\n    return 1\n\n\n# Run it.\nd = TorchDistributor(\n"
+        "    2,  # ranks\n)  # d\nd.run(  # now\n    train,  # the function\n)\nget_gpus_owned = os = 1\n"
+    )
     out, report = migrate_text(source)
     assert "TorchDistributor" not in out
     assert sorted(_comments(out)) == sorted(_comments(source))
 
 
 def test_a_function_rebinding_its_own_distributor_is_followed_unless_a_nested_function_runs_it() -> None:
-    body = ("def main():\n    d = TorchDistributor(2)\n    d.run(a)\n    d = TorchDistributor(4)\n    d.run(b)\n")
+    body = "def main():\n    d = TorchDistributor(2)\n    d.run(a)\n    d = TorchDistributor(4)\n    d.run(b)\n"
     out, report = migrate_text(f"{IMPORT}\n{FUNCTIONS}\n\n{body}")
     assert "    a.distributed()\n    b.distributed()\n" in out and "TorchDistributor" not in out
     assert "@distributed(num_accelerators=2, timeout=None)\ndef a():" in out
@@ -236,16 +262,20 @@ def test_a_function_rebinding_its_own_distributor_is_followed_unless_a_nested_fu
 def test_a_binding_in_a_block_used_further_on_is_not_told_apart_from_another_blocks() -> None:
     # Only the statement right after a binding is taken to read it; a use further on is followed only when every
     # binding is a plain statement of its block, which these are not.
-    source = databricks(IMPORT + "\n" + FUNCTIONS,
-                        'if __name__ == "__main__":\n    d = TorchDistributor(2)\n    print("go")\n    d.run(a)\n',
-                        "try:\n    d = TorchDistributor(4)\n    d.run(b)\nexcept RuntimeError:\n    pass\n")
+    source = databricks(
+        IMPORT + "\n" + FUNCTIONS,
+        'if __name__ == "__main__":\n    d = TorchDistributor(2)\n    print("go")\n    d.run(a)\n',
+        "try:\n    d = TorchDistributor(4)\n    d.run(b)\nexcept RuntimeError:\n    pass\n",
+    )
     report = check_noop(source, path="nb.py")
     assert all(item.startswith("AM212 blocking d is bound more than once") for item in person_items(report))
 
 
 def test_a_count_rebound_between_its_binding_and_the_constructor_is_not_followed() -> None:
-    source = databricks(f"import torch\n{IMPORT}" + FUNCTIONS,
-                        "n = torch.cuda.device_count()\nTorchDistributor(num_processes=n).run(a)\n",
-                        "n = torch.cuda.device_count()\nn = n // 2\nTorchDistributor(num_processes=n).run(b)\n")
+    source = databricks(
+        f"import torch\n{IMPORT}" + FUNCTIONS,
+        "n = torch.cuda.device_count()\nTorchDistributor(num_processes=n).run(a)\n",
+        "n = torch.cuda.device_count()\nn = n // 2\nTorchDistributor(num_processes=n).run(b)\n",
+    )
     report = check_noop(source, path="nb.py")
     assert [item.split(" ", 2)[:2] for item in person_items(report)] == [["AM208", "blocking"]]

@@ -27,9 +27,7 @@ def codes(lines: List[str]) -> List[str]:
 
 def test_only_pyspark_torch_distributor_is_recognised_whatever_else_shares_its_name() -> None:
     source = (
-        "from my_launchers import TorchDistributor\n\n"
-        "def train():\n    return 1\n\n"
-        "TorchDistributor(2).run(train)\n"
+        "from my_launchers import TorchDistributor\n\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     )
     assert check_noop(source) == []
 
@@ -122,19 +120,34 @@ def test_each_constructor_form_gives_its_decorator(arguments: str, decorator: st
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ("num_processes=0", "num_processes=0 is not a number of ranks (TorchDistributor raises ValueError for it): "
-                            "write 1 or more"),
-        ("n", "num_processes=n, and n is not bound to an integer literal or to torch.cuda.device_count() (nor to the "
-              "same one wherever it is bound), so air-migrate cannot carry it over to @distributed(num_accelerators="
-              "...): write the number, or migrate by hand"),
-        ("torch.cuda.device_count(), use_gpu=False", "num_processes=torch.cuda.device_count() with use_gpu=False "
-                                                     "counts GPUs for CPU ranks: write the number of CPU ranks"),
-        ("2, use_gpu=GPU", "use_gpu= is not True or False as written, so air-migrate cannot tell what it runs on: "
-                           "write True or False"),
-        ("2, True, True, 'conf'", "TorchDistributor takes three arguments by position (num_processes, local_mode, "
-                                  "use_gpu): this one is not carried over"),
-        ("2, _ssl_conf='x'", "_ssl_conf= has no counterpart on @distributed: remove it, or migrate this distributor "
-                             "by hand"),
+        (
+            "num_processes=0",
+            "num_processes=0 is not a number of ranks (TorchDistributor raises ValueError for it): write 1 or more",
+        ),
+        (
+            "n",
+            "num_processes=n, and n is not bound to an integer literal or to torch.cuda.device_count() (nor to the "
+            "same one wherever it is bound), so air-migrate cannot carry it over to @distributed(num_accelerators="
+            "...): write the number, or migrate by hand",
+        ),
+        (
+            "torch.cuda.device_count(), use_gpu=False",
+            "num_processes=torch.cuda.device_count() with use_gpu=False "
+            "counts GPUs for CPU ranks: write the number of CPU ranks",
+        ),
+        (
+            "2, use_gpu=GPU",
+            "use_gpu= is not True or False as written, so air-migrate cannot tell what it runs on: write True or False",
+        ),
+        (
+            "2, True, True, 'conf'",
+            "TorchDistributor takes three arguments by position (num_processes, local_mode, "
+            "use_gpu): this one is not carried over",
+        ),
+        (
+            "2, _ssl_conf='x'",
+            "_ssl_conf= has no counterpart on @distributed: remove it, or migrate this distributor by hand",
+        ),
         ("**settings", "**-arguments hide the distributor's settings, so they cannot be carried over: write them out"),
     ],
 )
@@ -178,12 +191,19 @@ def test_a_local_distributor_is_followed_in_its_function() -> None:
         ("async def train():\n    return 1\n", "train is a coroutine function (async def): ranks run plain functions"),
         ("class train:\n    pass\n", "train is a class, not a function: run a module-level def that uses it"),
         ("train = make_train()\n", "train is not bound by a def here: run a module-level def"),
-        ("def train():\n    return 1\n\ndef train():\n    return 2\n",
-         "train is bound more than once in this file, so air-migrate cannot tell which function runs: keep one def"),
-        ("from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n",
-         "train is already decorated with distributed: call train.distributed(...) instead"),
-        ("", "train is not defined in this file (a %run notebook, or a cell air-migrate cannot read?): the "
-             "decorator goes on its def, so migrate where it is defined"),
+        (
+            "def train():\n    return 1\n\ndef train():\n    return 2\n",
+            "train is bound more than once in this file, so air-migrate cannot tell which function runs: keep one def",
+        ),
+        (
+            "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n    return 1\n",
+            "train is already decorated with distributed: call train.distributed(...) instead",
+        ),
+        (
+            "",
+            "train is not defined in this file (a %run notebook, or a cell air-migrate cannot read?): the "
+            "decorator goes on its def, so migrate where it is defined",
+        ),
     ],
 )
 def test_targets_that_are_not_one_plain_module_level_def_are_reported(definition: str, message: str) -> None:
@@ -195,68 +215,85 @@ def test_targets_that_are_not_one_plain_module_level_def_are_reported(definition
 def test_a_function_passed_by_keyword_is_reported() -> None:
     source = f"{IMPORT}\ndef train():\n    return 1\n\nTorchDistributor(2).run(train_object=train)\n"
     report = check_noop(source)
-    assert report[0].endswith("AM209 blocking the function is passed by keyword or unpacked: pass it first, by "
-                              "position")
+    assert report[0].endswith(
+        "AM209 blocking the function is passed by keyword or unpacked: pass it first, by position"
+    )
 
 
 def test_a_distributor_bound_twice_runs_its_last_binding_and_one_bound_under_an_if_is_not_followed() -> None:
-    source = (
-        f"{IMPORT}\ndef train():\n    return 1\n\n"
-        "d = TorchDistributor(2)\nd = TorchDistributor(4)\nd.run(train)\n"
-    )
+    source = f"{IMPORT}\ndef train():\n    return 1\n\nd = TorchDistributor(2)\nd = TorchDistributor(4)\nd.run(train)\n"
     expected = (
         f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=4, timeout=None)\n"
         "def train():\n    return 1\n\nd = TorchDistributor(2)\ntrain.distributed()\n"
     )
     report = check_transformed(source, expected)
-    assert "job.py:6:1: AM212 manual d = TorchDistributor(...) is never run in this file, so it is left as it is " \
-           "(and so is its import): remove it if nothing else uses it" in report
+    assert (
+        "job.py:6:1: AM212 manual d = TorchDistributor(...) is never run in this file, so it is left as it is "
+        "(and so is its import): remove it if nothing else uses it" in report
+    )
     conditional = source.replace("d = TorchDistributor(4)\n", "if big:\n    d = TorchDistributor(4)\n")
     report = check_noop(conditional)
-    assert report == ["job.py:9:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
-                      "air-migrate cannot tell which distributor runs here: migrate it by hand"]
+    assert report == [
+        "job.py:9:1: AM212 blocking d is bound more than once, or not only to a TorchDistributor, so "
+        "air-migrate cannot tell which distributor runs here: migrate it by hand"
+    ]
 
 
 def test_a_distributor_never_run_is_kept_with_its_import_and_said_so() -> None:
-    source = (
-        f"{IMPORT}\ndef train():\n    return 1\n\n"
-        "spare = TorchDistributor(8)\nTorchDistributor(2).run(train)\n"
-    )
+    source = f"{IMPORT}\ndef train():\n    return 1\n\nspare = TorchDistributor(8)\nTorchDistributor(2).run(train)\n"
     expected = (
         f"{IMPORT}from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
         "    return 1\n\nspare = TorchDistributor(8)\ntrain.distributed()\n"
     )
     report = check_transformed(source, expected)
-    assert "job.py:6:1: AM212 manual spare = TorchDistributor(...) is never run in this file, so it is left as it is " \
-           "(and so is its import): remove it if nothing else uses it" in report
+    assert (
+        "job.py:6:1: AM212 manual spare = TorchDistributor(...) is never run in this file, so it is left as it is "
+        "(and so is its import): remove it if nothing else uses it" in report
+    )
 
 
 def _notebook(*cells: str) -> str:
-    document = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                           "source": text} for text in cells],
-                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    document = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": text}
+            for text in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     return json.dumps(document, indent=1) + "\n"
 
 
 def test_names_in_magics_count_as_uses_and_torch_distributor_in_a_magic_blocks() -> None:
     source = _notebook(IMPORT.strip(), "def train():\n    return 1", "%time TorchDistributor(2).run(train)")
     report = check_noop(source, path="nb.ipynb")
-    assert report == ["nb.ipynb:cell 3:1:1: AM215 blocking this magic line uses TorchDistributor, which air-migrate "
-                      "cannot rewrite inside a magic: write it as plain Python (without the magic), then run "
-                      "air-migrate again"]
+    assert report == [
+        "nb.ipynb:cell 3:1:1: AM215 blocking this magic line uses TorchDistributor, which air-migrate "
+        "cannot rewrite inside a magic: write it as plain Python (without the magic), then run "
+        "air-migrate again"
+    ]
     source = _notebook(IMPORT.strip(), "def train():\n    return 1", "%time train()", "TorchDistributor(2).run(train)")
     report = check_noop(source, path="nb.ipynb")
-    assert report == ["nb.ipynb:cell 2:1:5: AM211 blocking train also appears in a cell or magic air-migrate cannot "
-                      "read, where the decorator could break it: check it, then migrate by hand"]
+    assert report == [
+        "nb.ipynb:cell 2:1:5: AM211 blocking train also appears in a cell or magic air-migrate cannot "
+        "read, where the decorator could break it: check it, then migrate by hand"
+    ]
 
 
 def test_a_cell_in_another_language_that_mentions_torch_distributor_is_reported_and_blocks_nothing() -> None:
-    source = _notebook("%%bash\ngrep -r TorchDistributor .", IMPORT.strip(), "def train():\n    return 1",
-                       "TorchDistributor(2).run(train)")
+    source = _notebook(
+        "%%bash\ngrep -r TorchDistributor .",
+        IMPORT.strip(),
+        "def train():\n    return 1",
+        "TorchDistributor(2).run(train)",
+    )
     out, report = migrate_text(source, "nb.ipynb")
     assert out != source and "pyspark" not in out
-    assert report[0] == ("nb.ipynb:cell 1:1:1: AM215 manual this %%bash cell mentions TorchDistributor; air-migrate "
-                         "does not read other languages: check it by hand")
+    assert report[0] == (
+        "nb.ipynb:cell 1:1:1: AM215 manual this %%bash cell mentions TorchDistributor; air-migrate "
+        "does not read other languages: check it by hand"
+    )
 
 
 # --- what goes, and where the import comes ----------------------------------------------------------------------------
@@ -281,12 +318,14 @@ def test_statements_that_go_leave_their_comments_and_a_valid_block() -> None:
         "train.distributed()\n"
     )
     report = check_transformed(source.replace("TorchDistributor(1)", "TorchDistributor(2)"), expected)
-    assert "job.py:10:5: AM212 manual d2 = TorchDistributor(...) is never run in this file, so it is left as it is " \
-           "(and so is its import): remove it if nothing else uses it" in report
+    assert (
+        "job.py:10:5: AM212 manual d2 = TorchDistributor(...) is never run in this file, so it is left as it is "
+        "(and so is its import): remove it if nothing else uses it" in report
+    )
 
 
 def test_the_import_replaces_the_old_one_in_place_keeping_its_comment_and_line_endings() -> None:
-    source = (IMPORT.rstrip("\n") + "  # launcher\n\ndef train():\n    return 1\n\nTorchDistributor().run(train)\n")
+    source = IMPORT.rstrip("\n") + "  # launcher\n\ndef train():\n    return 1\n\nTorchDistributor().run(train)\n"
     expected = (
         "from databricks.air import distributed  # launcher\r\n\r\n@distributed(num_accelerators=1, timeout=None)\r\n"
         "def train():\r\n    return 1\r\n\r\ntrain.distributed()\r\n"
@@ -296,8 +335,9 @@ def test_the_import_replaces_the_old_one_in_place_keeping_its_comment_and_line_e
 
 def test_an_existing_decorator_import_is_reused_under_its_own_name() -> None:
     source = (
-        "from databricks.air import distributed as launch\n" + IMPORT +
-        "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
+        "from databricks.air import distributed as launch\n"
+        + IMPORT
+        + "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     )
     expected = (
         "from databricks.air import distributed as launch\n\n@launch(num_accelerators=2, timeout=None)\ndef train():\n"
@@ -309,8 +349,9 @@ def test_an_existing_decorator_import_is_reused_under_its_own_name() -> None:
 
 def test_a_serverless_gpu_import_is_migrated_and_reused_in_the_same_run() -> None:
     source = (
-        "from serverless_gpu import distributed\n" + IMPORT +
-        "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
+        "from serverless_gpu import distributed\n"
+        + IMPORT
+        + "\ndef train():\n    return 1\n\nTorchDistributor(2).run(train)\n"
     )
     expected = (
         "from databricks.air import distributed\n\n@distributed(num_accelerators=2, timeout=None)\ndef train():\n"
@@ -321,8 +362,7 @@ def test_a_serverless_gpu_import_is_migrated_and_reused_in_the_same_run() -> Non
 
 def test_the_import_is_bound_again_after_each_restart_for_each_function() -> None:
     source = (
-        "# Databricks notebook source\n" + IMPORT +
-        "\ndef train():\n    return 1\n\n"
+        "# Databricks notebook source\n" + IMPORT + "\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
         "def evaluate():\n    return 2\n\n"
         "# COMMAND ----------\n\n"
@@ -368,17 +408,19 @@ def test_insertions_are_reported_with_what_they_add() -> None:
         ("AM203", 5, 18, "use_gpu=False", 'accelerator_type="CPU"', "review"),
         ("AM218", 1, 1, None, None, "review"),
     }
-    assert result.migrated == (
-        "from databricks.air import distributed\n\n\n"
-        '@distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)\ndef train():\n    return 1\n\n'
-        "train.distributed()\n"
-    ).encode()
+    assert (
+        result.migrated
+        == (
+            "from databricks.air import distributed\n\n\n"
+            '@distributed(num_accelerators=1, accelerator_type="CPU", timeout=None)\ndef train():\n    return 1\n\n'
+            "train.distributed()\n"
+        ).encode()
+    )
 
 
 def test_an_aliased_decorator_import_is_bound_again_after_a_restart_from_databricks_air() -> None:
     source = (
-        "# Databricks notebook source\nimport serverless_gpu as sg\n" + IMPORT +
-        "\ndef train():\n    return 1\n\n"
+        "# Databricks notebook source\nimport serverless_gpu as sg\n" + IMPORT + "\ndef train():\n    return 1\n\n"
         "# COMMAND ----------\n\n# MAGIC %pip install x\n\n# COMMAND ----------\n\n"
         "def evaluate():\n    return 2\n\nTorchDistributor(2).run(train)\nTorchDistributor(2).run(evaluate)\n"
     )

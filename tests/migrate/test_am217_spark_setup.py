@@ -7,10 +7,14 @@ from typing import List
 from air_migrate.engine import migrate_file
 from air_migrate.rules import REGISTRY
 
-SESSION = ("Spark session setup: @distributed needs no Spark session, so this is only needed if other code here uses "
-           "Spark; it is left as it is: remove it if nothing else does")
-CONF = ("Spark configuration: it configures the Spark session TorchDistributor ran on, which @distributed does not "
-        "use; it is left as it is: remove it if nothing else here uses Spark")
+SESSION = (
+    "Spark session setup: @distributed needs no Spark session, so this is only needed if other code here uses "
+    "Spark; it is left as it is: remove it if nothing else does"
+)
+CONF = (
+    "Spark configuration: it configures the Spark session TorchDistributor ran on, which @distributed does not "
+    "use; it is left as it is: remove it if nothing else here uses Spark"
+)
 
 
 RUN = "TorchDistributor(num_processes=2).run(train)\n"

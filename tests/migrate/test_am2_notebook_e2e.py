@@ -75,7 +75,9 @@ CELLS = [
 
 @pytest.mark.slow
 def test_a_migrated_torch_distributor_notebook_runs_and_gives_rank_zeros_value(
-    tmp_path: Path, marker: str, kernel_specs: KernelSpecManager  # noqa: F811 (fixtures)
+    tmp_path: Path,
+    marker: str,
+    kernel_specs: KernelSpecManager,
 ) -> None:
     path = tmp_path / "train_spark.ipynb"
     cells = [new_markdown_cell("# Training with TorchDistributor")]
@@ -89,8 +91,10 @@ def test_a_migrated_torch_distributor_notebook_runs_and_gives_rank_zeros_value(
     migrated = nbformat.read(path, as_version=4)
     sources = [cell.source for cell in migrated.cells if cell.cell_type == "code"]
     assert not any(re.search(r"pyspark|TorchDistributor", source) for source in sources), sources
-    assert sources[2].startswith('# One training run, on every rank.\n@distributed(num_accelerators=2, '
-                                 'accelerator_type="CPU", timeout=None)\ndef train(steps):\n')
+    assert sources[2].startswith(
+        "# One training run, on every rank.\n@distributed(num_accelerators=2, "
+        'accelerator_type="CPU", timeout=None)\ndef train(steps):\n'
+    )
     assert sources[4] == 'result = train.distributed(5)[0]\nprint("RESULT", result)'
     assert main(["--check", str(path)]) == 0  # nothing left to migrate
 
@@ -98,8 +102,9 @@ def test_a_migrated_torch_distributor_notebook_runs_and_gives_rank_zeros_value(
     client.execute(env=kernel_env(tmp_path, marker), cleanup_kc=True)
     nbformat.write(migrated, path)  # executed, for a look after a failure
 
-    errors = [o for cell in migrated.cells if cell.cell_type == "code" for o in cell.outputs
-              if o["output_type"] == "error"]
+    errors = [
+        o for cell in migrated.cells if cell.cell_type == "code" for o in cell.outputs if o["output_type"] == "error"
+    ]
     assert not errors, errors
     printed = re.search(r"^RESULT (.*)$", texts(migrated.cells[-1], "stdout"), re.MULTILINE)
     assert printed, migrated.cells[-1].outputs

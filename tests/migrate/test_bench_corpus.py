@@ -125,9 +125,7 @@ def test_matching_check_accepts_the_migration_and_rejects_a_leftover_or_an_untou
         check(str(pristine), speed.Run(3, run.stdout, run.stderr, run.target))
 
 
-def test_unchanged_check_rejects_a_touched_file_and_a_summary_that_misses_files(
-    migrated: Path, tmp_path: Path
-) -> None:
+def test_unchanged_check_rejects_a_touched_file_and_a_summary_that_misses_files(migrated: Path, tmp_path: Path) -> None:
     pristine = str(migrated / "pristine" / "plain")
     check = speed.check_unchanged(6)
     run = _copy_of_result(migrated, "plain", tmp_path)
@@ -185,16 +183,25 @@ def test_runs_with_different_reports_are_not_the_same_result(tmp_path: Path) -> 
 def test_placed_files_reach_the_old_api_in_every_placement_and_every_import_form(tmp_path: Path) -> None:
     files = variants.write_placed_files(str(tmp_path), len(variants.IMPORT_FORMS), lines=300, seed=3)
     texts = [Path(made.path).read_text() for made in files]
-    assert variants.write_placed_files(str(tmp_path / "again"), 2, lines=300, seed=3)[0].decorators == \
-        files[0].decorators
+    assert (
+        variants.write_placed_files(str(tmp_path / "again"), 2, lines=300, seed=3)[0].decorators == files[0].decorators
+    )
     for made, text in zip(files, texts):
         assert made.decorators == text.count("gpus=") >= 2
         assert 280 <= len(text.splitlines()) <= 450
     joined = "\n".join(texts)
     for statement, _ in variants.IMPORT_FORMS:
         assert statement in joined
-    for placement in ("@staticmethod\n    @", "\n    @", ")(run_", ".with_overrides(", "(\n    gpus=",
-                      "from serverless_gpu import distributed as nested", "gpu_type=GPUType.", "@log_calls\n@"):
+    for placement in (
+        "@staticmethod\n    @",
+        "\n    @",
+        ")(run_",
+        ".with_overrides(",
+        "(\n    gpus=",
+        "from serverless_gpu import distributed as nested",
+        "gpu_type=GPUType.",
+        "@log_calls\n@",
+    ):
         assert placement in joined, placement
 
 

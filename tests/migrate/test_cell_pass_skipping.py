@@ -94,19 +94,26 @@ class _SeesEverything(Rule):
 
 
 ALIASED = [
-    "import databricks.air as air_runtime  # was serverless_gpu\n" + PLAIN + "air_runtime.distributed(run, **options)\n",
-    "from serverless_gpu.compute import GPUType as Kind\n" + PLAIN
+    "import databricks.air as air_runtime  # was serverless_gpu\n"
+    + PLAIN
+    + "air_runtime.distributed(run, **options)\n",
+    "from serverless_gpu.compute import GPUType as Kind\n"
+    + PLAIN
     + "from serverless_gpu import distributed\n@distributed(gpus=1, gpu_type=Kind.A10)\ndef f(): ...\n"
     + "chosen = Kind.H100\nprint(Kind)\n",
-    "from serverless_gpu.compute import GPUType as Kind\nfrom serverless_gpu import distributed\n" + PLAIN
+    "from serverless_gpu.compute import GPUType as Kind\nfrom serverless_gpu import distributed\n"
+    + PLAIN
     + "def AcceleratorType(): ...\n@distributed(gpus=1, gpu_type=Kind.A10)\ndef f(): ...\n",
     "import serverless_gpu as sg\n" + PLAIN + "@sg.distributed(gpus=2)\ndef g(): ...\nx = sg\n",
-    "from databricks import air\nimport serverless_gpu\n" + PLAIN
+    "from databricks import air\nimport serverless_gpu\n"
+    + PLAIN
     + "run = air.ray_launch(gpus=4, gpu_type='H100')(helper)\ny = serverless_gpu.compute\n",
-    "try:\n    from serverless_gpu import distributed as d\nexcept ImportError:\n    d = None\n" + PLAIN
+    "try:\n    from serverless_gpu import distributed as d\nexcept ImportError:\n    d = None\n"
+    + PLAIN
     + "@d(gpus=1, gpu_type='A10')\ndef h(): ...\nh.with_overrides(gpus=2)\n",
     # In the bodies of functions, classes and blocks, among statements that hold no word:
-    "import serverless_gpu as sg\ndef main():\n    " + PLAIN.replace("\n", "\n    ")
+    "import serverless_gpu as sg\ndef main():\n    "
+    + PLAIN.replace("\n", "\n    ")
     + "for i in range(2):\n        x = i\n        if x:\n            run = sg.distributed(gpus=8, gpu_type='H100')(f)\n"
     "    return helper(2)\n",
     'class Jobs:\n    """Uses serverless_gpu."""\n    def build(self):\n        from serverless_gpu import ray_launch\n'
@@ -139,7 +146,9 @@ class _ReportsNames(Rule):
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_positions_computed_per_statement_are_those_of_the_whole_cell(newline: str) -> None:
     source = (
-        "# header comment\n\n" + PLAIN + "\n# leading comment\n\nwanted = (\n    helper(1),\n    helper(2))\n"
+        "# header comment\n\n"
+        + PLAIN
+        + "\n# leading comment\n\nwanted = (\n    helper(1),\n    helper(2))\n"
         + "if True:\n\n    # inside\n    wanted += [helper(\n        3)]\nclass C:\n    '''doc\n    wanted'''\n"
     ).replace("\n", newline)
     module = libcst.parse_module(source)
@@ -147,7 +156,8 @@ def test_positions_computed_per_statement_are_those_of_the_whole_cell(newline: s
     whole = libcst.metadata.MetadataWrapper(module, unsafe_skip_copy=True).resolve(libcst.metadata.PositionProvider)
     expected = sorted(
         (where.start.line, where.start.column + 1, where.end.line, where.end.column + 1, node.value)
-        for node, where in whole.items() if isinstance(node, libcst.Name) and where.start.line >= 8
+        for node, where in whole.items()
+        if isinstance(node, libcst.Name) and where.start.line >= 8
     )
     assert len(findings) == 7  # wanted, helper x2; True, wanted, helper; C
     assert sorted((f.line, f.column, f.end_line, f.end_column, f.message) for f in findings) == expected

@@ -24,15 +24,18 @@ from air_migrate.todo_markers import LEFT_NOTE
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    return write_tree(tmp_path, {
-        "train.py": SCRIPT,
-        "nb.py": DATABRICKS,
-        "nb.ipynb": NOTEBOOK,
-        "plain.py": "x = 1\n",
-        ".ipynb_checkpoints/train-checkpoint.py": SCRIPT,
-        ".venv/lib/site.py": SCRIPT,
-        "notes.txt": SCRIPT,
-    })
+    return write_tree(
+        tmp_path,
+        {
+            "train.py": SCRIPT,
+            "nb.py": DATABRICKS,
+            "nb.ipynb": NOTEBOOK,
+            "plain.py": "x = 1\n",
+            ".ipynb_checkpoints/train-checkpoint.py": SCRIPT,
+            ".venv/lib/site.py": SCRIPT,
+            "notes.txt": SCRIPT,
+        },
+    )
 
 
 def test_write_mode_migrates_every_format_and_leaves_the_rest_alone(
@@ -51,7 +54,9 @@ def test_write_mode_migrates_every_format_and_leaves_the_rest_alone(
     assert (after.st_mtime_ns, after.st_ino) == (plain.st_mtime_ns, plain.st_ino)
     out, err = capsys.readouterr()
     assert f"{tree}/train.py:3:31: AM103 change 'H100' -> 'GPU_8xH100'" in out.splitlines()
-    assert "4 file(s) scanned, 3 mention serverless_gpu, its keywords or TorchDistributor, 3 changed (12 change(s))" in err
+    assert (
+        "4 file(s) scanned, 3 mention serverless_gpu, its keywords or TorchDistributor, 3 changed (12 change(s))" in err
+    )
     # A second run changes nothing and reports no change.
     assert main([str(tree)]) == 0
     out, err = capsys.readouterr()
@@ -59,18 +64,35 @@ def test_write_mode_migrates_every_format_and_leaves_the_rest_alone(
 
 
 def test_discovery_skips_tool_directories_honours_excludes_and_takes_named_files(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "a.py": "", "b.ipynb": "", "c.txt": "", "build/x.py": "", "tests/t.py": "", "pkg/tests/u.py": "",
-        "pkg/v.py": "", ".git/hooks/h.py": "", "venv/w.py": "", "__pycache__/y.py": "", "site-packages/z.py": "",
-        ".ipynb_checkpoints/b-checkpoint.ipynb": "",
-    })
+    write_tree(
+        tmp_path,
+        {
+            "a.py": "",
+            "b.ipynb": "",
+            "c.txt": "",
+            "build/x.py": "",
+            "tests/t.py": "",
+            "pkg/tests/u.py": "",
+            "pkg/v.py": "",
+            ".git/hooks/h.py": "",
+            "venv/w.py": "",
+            "__pycache__/y.py": "",
+            "site-packages/z.py": "",
+            ".ipynb_checkpoints/b-checkpoint.ipynb": "",
+        },
+    )
     root = str(tmp_path)
-    assert discover([root]) == [f"{root}/{name}" for name in (
-        "a.py", "b.ipynb", "build/x.py", "pkg/tests/u.py", "pkg/v.py", "tests/t.py")]
+    assert discover([root]) == [
+        f"{root}/{name}" for name in ("a.py", "b.ipynb", "build/x.py", "pkg/tests/u.py", "pkg/v.py", "tests/t.py")
+    ]
     assert discover([root], ["build", "tests/*.py"]) == [f"{root}/{name}" for name in ("a.py", "b.ipynb", "pkg/v.py")]
     # A file named on the command line is taken whatever its suffix; paths are normalised and found once.
     assert discover([f"{root}/c.txt", f"{root}/./a.py", f"{root}/pkg/../a.py", root], ["*.ipynb", "*/pkg/*"]) == [
-        f"{root}/a.py", f"{root}/build/x.py", f"{root}/c.txt", f"{root}/tests/t.py"]
+        f"{root}/a.py",
+        f"{root}/build/x.py",
+        f"{root}/c.txt",
+        f"{root}/tests/t.py",
+    ]
 
 
 def test_a_missing_path_is_a_failure_not_a_silent_skip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,8 +181,10 @@ def test_an_internal_error_in_one_file_does_not_stop_the_run(
 
     monkeypatch.setattr(runner, "migrate_file", buggy)
     assert main([str(tmp_path)]) == 3
-    assert f"{tmp_path}/a.py: error: internal error: RecursionError: maximum recursion depth exceeded " \
-           "(please report it)" in capsys.readouterr().err
+    assert (
+        f"{tmp_path}/a.py: error: internal error: RecursionError: maximum recursion depth exceeded "
+        "(please report it)" in capsys.readouterr().err
+    )
     assert (tmp_path / "b.py").read_text() == SCRIPT_AFTER
 
 
@@ -171,8 +195,9 @@ def test_select_ignore_and_bad_codes(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert path.read_text() == SCRIPT.replace("from serverless_gpu", "from databricks.air")
     path.write_text(SCRIPT)
     assert main(["--ignore", "AM101", str(path)]) == 0
-    assert path.read_text().startswith("from serverless_gpu import distributed  # keep me\n\n"
-                                       "@distributed(num_accelerators=8")
+    assert path.read_text().startswith(
+        "from serverless_gpu import distributed  # keep me\n\n@distributed(num_accelerators=8"
+    )
     with pytest.raises(SystemExit) as usage:
         main(["--select", "AM999", str(path)])
     assert usage.value.code == 2
@@ -190,10 +215,26 @@ def test_the_options_for_the_engine_reach_it(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(runner, "migrate_file", spy)
     main(["--check", str(tmp_path)])
-    assert seen == {"fix_pip": False, "pip_package": None, "todo_comments": False, "partial": False,
-                    "codes": sorted(seen["codes"])}
-    main(["--check", "--fix-pip", "--pip-package", "databricks-air-oss==0.3", "--todo-comments", "--partial",
-          "--ignore", "AM102", str(tmp_path)])
+    assert seen == {
+        "fix_pip": False,
+        "pip_package": None,
+        "todo_comments": False,
+        "partial": False,
+        "codes": sorted(seen["codes"]),
+    }
+    main(
+        [
+            "--check",
+            "--fix-pip",
+            "--pip-package",
+            "databricks-air-oss==0.3",
+            "--todo-comments",
+            "--partial",
+            "--ignore",
+            "AM102",
+            str(tmp_path),
+        ]
+    )
     assert seen["fix_pip"] is True and seen["pip_package"] == "databricks-air-oss==0.3"
     assert seen["todo_comments"] is True and seen["partial"] is True and "AM102" not in seen["codes"]
 
@@ -213,11 +254,21 @@ def test_help_states_the_numbering_the_severities_and_the_exit_codes(capsys: pyt
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for phrase in ("path[:cell N]:line:col: AMxxx <severity> <message>", "All numbers are 1-based",
-                   "the line within the cell for Jupyter notebooks", "line in the file for plain scripts and for "
-                   "Databricks notebook sources", "change (rewritten)", "review (rewritten", "manual (not rewritten",
-                   "blocking (not rewritten", "--diff=json", "DIR must not exist, unless --force",
-                   "0 nothing to change", "2 usage error", "3 at least one file could not be processed"):
+    for phrase in (
+        "path[:cell N]:line:col: AMxxx <severity> <message>",
+        "All numbers are 1-based",
+        "the line within the cell for Jupyter notebooks",
+        "line in the file for plain scripts and for Databricks notebook sources",
+        "change (rewritten)",
+        "review (rewritten",
+        "manual (not rewritten",
+        "blocking (not rewritten",
+        "--diff=json",
+        "DIR must not exist, unless --force",
+        "0 nothing to change",
+        "2 usage error",
+        "3 at least one file could not be processed",
+    ):
         assert phrase in text, phrase
 
 

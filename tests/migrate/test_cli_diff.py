@@ -62,9 +62,7 @@ def test_git_apply_takes_the_diff_and_gives_what_write_mode_gives(
         assert expected[name] != FILES[name]
 
 
-def test_headers_are_relative_to_the_current_directory(
-    repo: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_headers_are_relative_to_the_current_directory(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_tree(repo / "src", {"plain.py": SCRIPT})
     assert main(["--diff", str(repo / "src")]) == 1  # an absolute path on the command line
     assert capsys.readouterr().out.startswith("--- a/src/plain.py\n+++ b/src/plain.py\n@@ -1,4 +1,4 @@\n")
@@ -161,7 +159,8 @@ def test_a_long_files_diff_holds_only_the_changed_lines_and_their_context(
     assert len(diff.splitlines()) == 3 + 3 + 2 + 1 + 2 + 3  # headers, context, a change, one line, a change, context
     assert _git(repo, "apply", "-", stdin=diff).returncode == 0
     assert (repo / "long.py").read_text() == LONG_SCRIPT.replace("serverless_gpu", "databricks.air").replace(
-        "gpus=2", "num_accelerators=2")
+        "gpus=2", "num_accelerators=2"
+    )
 
 
 def test_the_diff_of_a_cell_is_minimal_too() -> None:
@@ -172,5 +171,8 @@ def test_the_diff_of_a_cell_is_minimal_too() -> None:
     after = before.replace("serverless_gpu", "databricks.air").replace("(gpus=2)", "(num_accelerators=2)")
     diff = cell_diffs(FileResult("nb.ipynb", b"", cells={2: (before, after)}), "nb.ipynb")
     assert [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")] == [
-        "-    from serverless_gpu import distributed as nested", "+    from databricks.air import distributed as nested",
-        "-    @nested(gpus=2)", "+    @nested(num_accelerators=2)"]
+        "-    from serverless_gpu import distributed as nested",
+        "+    from databricks.air import distributed as nested",
+        "-    @nested(gpus=2)",
+        "+    @nested(num_accelerators=2)",
+    ]

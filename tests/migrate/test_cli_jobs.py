@@ -75,9 +75,7 @@ def test_a_finding_in_one_file_never_shows_under_another(
     assert alone["c/clean.py"] == [] and alone["b/blocked.py"] != []
 
 
-def test_more_processes_than_files_and_a_single_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_more_processes_than_files_and_a_single_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "one.py").write_text(SCRIPT)
     assert main(["-j", "8", str(tmp_path / "one.py")]) == 0
     assert (tmp_path / "one.py").read_text() == SCRIPT_AFTER

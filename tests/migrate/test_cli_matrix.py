@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-from cli_fixtures import BLOCKED, CLEAN, MANUAL, NOT_UTF8, NOT_UTF8_ADVICE, SCRIPT, SCRIPT_AFTER, engine_lines, feed_stdin
+from cli_fixtures import (
+    BLOCKED,
+    CLEAN,
+    MANUAL,
+    NOT_UTF8,
+    NOT_UTF8_ADVICE,
+    SCRIPT,
+    SCRIPT_AFTER,
+    engine_lines,
+    feed_stdin,
+)
 
 from air_migrate.cli import main
 from air_migrate.diffing import file_diff
@@ -39,8 +49,14 @@ EXIT_CODES: Dict[str, Tuple[int, int, int, int, int]] = {
     "stdin-check": (0, 1, 1, 1, 3),
 }
 FLAGS = {
-    "write": [], "write-exit-nonzero": ["--exit-nonzero-on-change"], "diff": ["--diff"], "diff-json": ["--diff=json"],
-    "check": ["--check"], "out-dir": ["--out-dir", "out"], "stdin": [], "stdin-diff": ["--diff"],
+    "write": [],
+    "write-exit-nonzero": ["--exit-nonzero-on-change"],
+    "diff": ["--diff"],
+    "diff-json": ["--diff=json"],
+    "check": ["--check"],
+    "out-dir": ["--out-dir", "out"],
+    "stdin": [],
+    "stdin-diff": ["--diff"],
     "stdin-check": ["--check"],
 }
 
@@ -67,8 +83,11 @@ def _expected(mode: str, kind: str) -> Tuple[int, str, str, Optional[bytes]]:
     after = AFTER.get(kind, data)
     stdin = mode.startswith("stdin")
     report = "".join(line + "\n" for line in engine_lines("job.py", data))
-    error = (f"job.py: error: not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}\n"
-             if kind == "failed" else "")
+    error = (
+        f"job.py: error: not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}\n"
+        if kind == "failed"
+        else ""
+    )
     dry = mode in ("diff", "diff-json", "check", "stdin-diff", "stdin-check")
     verb = "would change" if dry else ("changed in out" if mode == "out-dir" else "changed")
     summary = _summary(kind, verb, data)
@@ -143,7 +162,10 @@ def test_every_mode_gives_its_exit_code_and_streams(
     ],
 )
 def test_bad_command_lines_exit_2_and_say_what_is_wrong(
-    argv: List[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    argv: List[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)

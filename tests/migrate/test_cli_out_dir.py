@@ -15,20 +15,24 @@ from air_migrate.cli import main
 def _snapshot(root: Path) -> Dict[str, tuple]:
     return {
         str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
-        for p in sorted(root.rglob("*")) if p.is_file()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
 @pytest.fixture
 def src(tmp_path: Path) -> Path:
-    return write_tree(tmp_path / "src", {
-        "train.py": SCRIPT,
-        "pkg/nb.ipynb": NOTEBOOK,
-        "pkg/clean.py": CLEAN,
-        "blocked.py": BLOCKED,
-        ".ipynb_checkpoints/train-checkpoint.py": SCRIPT,
-        "data.csv": "a,b\n",
-    })
+    return write_tree(
+        tmp_path / "src",
+        {
+            "train.py": SCRIPT,
+            "pkg/nb.ipynb": NOTEBOOK,
+            "pkg/clean.py": CLEAN,
+            "blocked.py": BLOCKED,
+            ".ipynb_checkpoints/train-checkpoint.py": SCRIPT,
+            "data.csv": "a,b\n",
+        },
+    )
 
 
 def test_copies_keep_the_layout_and_the_inputs_stay_as_they_were(
@@ -40,7 +44,10 @@ def test_copies_keep_the_layout_and_the_inputs_stay_as_they_were(
     assert main(["--out-dir", str(out), str(src)]) == 0
     assert _snapshot(src) == before  # bytes, mtime and inode of every input
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
-        "blocked.py", "pkg/clean.py", "pkg/nb.ipynb", "train.py",
+        "blocked.py",
+        "pkg/clean.py",
+        "pkg/nb.ipynb",
+        "train.py",
     ]
     assert (out / "train.py").read_text() == SCRIPT_AFTER
     assert stat.S_IMODE((out / "train.py").stat().st_mode) == 0o751
@@ -77,8 +84,9 @@ def test_refused_directories(where: str, src: Path, tmp_path: Path, capsys: pyte
     with pytest.raises(SystemExit) as usage:
         main(["--out-dir", str(out), "--force", str(src)])
     assert usage.value.code == 2
-    assert ("exists and is not a directory" if where == "file" else "the copies would replace the inputs") in \
-        capsys.readouterr().err
+    assert (
+        "exists and is not a directory" if where == "file" else "the copies would replace the inputs"
+    ) in capsys.readouterr().err
     assert _snapshot(src) == before
 
 

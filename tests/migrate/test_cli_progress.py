@@ -30,7 +30,10 @@ def _run_with_terminal_stderr(args: List[str]) -> Tuple[int, str, str]:
     """Run air-migrate with standard error on a pseudo-terminal; return (exit code, stdout, terminal text)."""
     master, slave = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "air_migrate", *args], stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "air_migrate", *args],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
         env={**os.environ, "TERM": "xterm"},
     )
     os.close(slave)

@@ -15,8 +15,10 @@ from air_migrate.report import record_line
 from air_migrate.results import Record
 from air_migrate.rule_base import Severity
 
-LINE = re.compile(r"^(?P<path>[^:]+)(?::cell (?P<cell>\d+))?:(?P<line>\d+):(?P<col>\d+): (?P<code>AM\d{3}) "
-                  r"(?P<severity>change|review|manual|blocking) (?P<message>.+)$")
+LINE = re.compile(
+    r"^(?P<path>[^:]+)(?::cell (?P<cell>\d+))?:(?P<line>\d+):(?P<col>\d+): (?P<code>AM\d{3}) "
+    r"(?P<severity>change|review|manual|blocking) (?P<message>.+)$"
+)
 
 
 def test_severity_words_come_from_the_records_severity() -> None:
@@ -31,8 +33,17 @@ def test_severity_words_come_from_the_records_severity() -> None:
 def test_report_lines_are_exact_and_sorted_by_path_then_position(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_tree(tmp_path, {"b_blocked.py": BLOCKED, "a_script.py": SCRIPT, "c_dynamic.py": MANUAL, "d_db.py": DATABRICKS,
-                          "e_nb.ipynb": NOTEBOOK, "f_clean.py": CLEAN})
+    write_tree(
+        tmp_path,
+        {
+            "b_blocked.py": BLOCKED,
+            "a_script.py": SCRIPT,
+            "c_dynamic.py": MANUAL,
+            "d_db.py": DATABRICKS,
+            "e_nb.ipynb": NOTEBOOK,
+            "f_clean.py": CLEAN,
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["--check", "."]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.endswith(": would change")]
@@ -63,8 +74,19 @@ def test_report_lines_are_exact_and_sorted_by_path_then_position(
 
 def _check_record(record: Dict[str, Any]) -> None:
     """The JSON schema of one record, written out."""
-    assert set(record) == {"file", "cell", "line", "col", "end_line", "end_col", "code", "severity", "message",
-                           "before", "after"}
+    assert set(record) == {
+        "file",
+        "cell",
+        "line",
+        "col",
+        "end_line",
+        "end_col",
+        "code",
+        "severity",
+        "message",
+        "before",
+        "after",
+    }
     assert isinstance(record["file"], str) and record["file"]
     assert record["cell"] is None or (isinstance(record["cell"], int) and record["cell"] >= 1)
     for key in ("line", "col"):
@@ -84,8 +106,17 @@ def _check_document(document: Any) -> None:
     assert isinstance(document, dict) and set(document) == {"version", "summary", "records", "errors"}
     assert document["version"] == 1
     summary = document["summary"]
-    assert set(summary) == {"mode", "scanned", "relevant", "changed", "changes", "needs_person", "blocked", "failed",
-                            "notes"}
+    assert set(summary) == {
+        "mode",
+        "scanned",
+        "relevant",
+        "changed",
+        "changes",
+        "needs_person",
+        "blocked",
+        "failed",
+        "notes",
+    }
     assert summary["mode"] in ("write", "diff", "check", "out-dir", "stdin")
     assert all(isinstance(summary[key], int) and summary[key] >= 0 for key in summary if key != "mode")
     assert isinstance(document["records"], list) and isinstance(document["errors"], list)
@@ -100,8 +131,18 @@ def _check_document(document: Any) -> None:
 def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_tree(tmp_path, {"a.py": SCRIPT, "b.py": BLOCKED, "c.py": MANUAL, "d.py": DATABRICKS, "e.ipynb": NOTEBOOK,
-                          "f.py": CLEAN, "g.py": NOT_UTF8})
+    write_tree(
+        tmp_path,
+        {
+            "a.py": SCRIPT,
+            "b.py": BLOCKED,
+            "c.py": MANUAL,
+            "d.py": DATABRICKS,
+            "e.ipynb": NOTEBOOK,
+            "f.py": CLEAN,
+            "g.py": NOT_UTF8,
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["--check", "--report", "r.json", "--report-format", "json", "."]) == 3
     out, err = capsys.readouterr()
@@ -113,13 +154,25 @@ def test_the_json_report_has_its_schema_and_the_same_records_as_the_text(
         where = r["file"] + (f":cell {r['cell']}" if r["cell"] is not None else "")
         as_text.append(f"{where}:{r['line']}:{r['col']}: {r['code']} {r['severity']} {r['message']}")
     assert as_text == text_records
-    assert document["summary"] == {"mode": "check", "scanned": 7, "relevant": 6, "changed": 3, "changes": 12,
-                                   "needs_person": 2, "blocked": 1, "failed": 1, "notes": 0}
+    assert document["summary"] == {
+        "mode": "check",
+        "scanned": 7,
+        "relevant": 6,
+        "changed": 3,
+        "changes": 12,
+        "needs_person": 2,
+        "blocked": 1,
+        "failed": 1,
+        "notes": 0,
+    }
     assert document["errors"] == [
-        {"file": "g.py", "message": f"not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}"}]
-    assert err.endswith("air-migrate: 7 file(s) scanned, 6 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
-                        "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "
-                        "blocking items (see --partial)\n")
+        {"file": "g.py", "message": f"not UTF-8 (invalid continuation byte at byte 20); {NOT_UTF8_ADVICE}"}
+    ]
+    assert err.endswith(
+        "air-migrate: 7 file(s) scanned, 6 mention serverless_gpu, its keywords or TorchDistributor, 3 would change "
+        "(12 change(s)), 2 item(s) need a person, 1 failed; 1 file(s) not converted because of "
+        "blocking items (see --partial)\n"
+    )
 
 
 def test_the_text_report_file_holds_the_records_errors_and_summary_without_colour(
@@ -171,15 +224,21 @@ def test_every_diff_hunk_has_a_change_record(
     records = [r for r in json.loads((tmp_path / "r.json").read_text())["records"] if r["severity"] == "change"]
     # Notebooks: one diff per cell, its lines numbered within the cell, like the records.
     sections = re.split(r"^--- .*:cell (\d+)\n", diff, flags=re.M)
-    per_cell = {int(sections[i]): sections[i + 1] for i in range(1, len(sections), 2)} if name.endswith("ipynb") \
+    per_cell = (
+        {int(sections[i]): sections[i + 1] for i in range(1, len(sections), 2)}
+        if name.endswith("ipynb")
         else {None: diff}
+    )
     hunks = 0
     for cell, text in per_cell.items():
         in_cell = [r for r in records if cell is None or r["cell"] == cell]
         for removed in _minus_lines(text):
             hunks += 1
-            assert any(r["line"] <= n <= (r["end_line"] or r["line"]) for r in in_cell for n in removed), \
-                (cell, removed, records)
+            assert any(r["line"] <= n <= (r["end_line"] or r["line"]) for r in in_cell for n in removed), (
+                cell,
+                removed,
+                records,
+            )
     assert hunks >= 2 if name == "nb.ipynb" else hunks >= 1
 
 
@@ -189,15 +248,15 @@ def test_a_run_with_nothing_relevant_says_so(tmp_path: Path, capsys: pytest.Capt
     assert main([str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("air-migrate: 1 file(s) scanned, 0 mention serverless_gpu, its keywords or TorchDistributor, 0 changed "
-                   "(0 change(s)), 0 item(s) need a person, 0 failed; nothing to migrate was found\n")
+    assert err == (
+        "air-migrate: 1 file(s) scanned, 0 mention serverless_gpu, its keywords or TorchDistributor, 0 changed "
+        "(0 change(s)), 0 item(s) need a person, 0 failed; nothing to migrate was found\n"
+    )
     assert main([str(tmp_path / "empty")]) == 0
     assert "0 file(s) scanned" in capsys.readouterr().err
 
 
-def test_a_report_that_cannot_be_written_fails_the_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_report_that_cannot_be_written_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.py").write_text(SCRIPT)
     (tmp_path / "r.txt").mkdir()
     with pytest.raises(SystemExit) as usage:

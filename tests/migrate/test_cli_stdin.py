@@ -21,8 +21,10 @@ def test_a_script_comes_back_migrated_byte_for_byte(
     assert main(["--stdin-filename", "src/train.py", "-"]) == 0
     out, err = capsysbinary.readouterr()
     assert out == ("\ufeff" + SCRIPT_AFTER.replace("\n", "\r\n")).encode()
-    assert err.decode().splitlines()[0] == "src/train.py:1:1: AM101 change from serverless_gpu import -> " \
-                                           "from databricks.air import"
+    assert (
+        err.decode().splitlines()[0] == "src/train.py:1:1: AM101 change from serverless_gpu import -> "
+        "from databricks.air import"
+    )
 
 
 def test_a_databricks_source_is_known_by_its_first_line(
@@ -45,7 +47,7 @@ def test_a_notebook_is_known_by_its_name(
     cells = json.loads(out)["cells"]
     assert "".join(cells[1]["source"]) == "%pip install torch\nfrom databricks.air import distributed"
     assert out.decode() == NOTEBOOK.replace("from serverless_gpu", "from databricks.air").replace(
-        "@distributed(gpus=2, gpu_type=\\\"A10\\\")", "@distributed(num_accelerators=2, accelerator_type=\\\"GPU_1xA10\\\")"
+        '@distributed(gpus=2, gpu_type=\\"A10\\")', '@distributed(num_accelerators=2, accelerator_type=\\"GPU_1xA10\\")'
     )
     assert err.decode().startswith("nb.ipynb:cell 2:2:1: AM101 change ")  # the line within the cell
 
@@ -83,7 +85,9 @@ def test_the_diff_of_a_notebook_on_stdin_is_per_cell(
 def test_it_works_through_real_pipes(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "air_migrate", "--stdin-filename", "job.py", "-"],
-        input=SCRIPT.encode(), capture_output=True, cwd=tmp_path,
+        input=SCRIPT.encode(),
+        capture_output=True,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == SCRIPT_AFTER.encode()

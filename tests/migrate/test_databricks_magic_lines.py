@@ -12,10 +12,14 @@ from cli_fixtures import notebook
 from golden_harness import run_cli
 from rule_helpers import migrate_text as migrate
 
-CELL = '%pip install torchmetrics\nimport serverless_gpu\n\n@serverless_gpu.distributed(gpus=1, gpu_type="A10")\n' \
-       "def train():\n    return 1\n"
-AFTER = '%pip install torchmetrics\nimport databricks.air\n\n@databricks.air.distributed(num_accelerators=1, ' \
-        'accelerator_type="GPU_1xA10")\ndef train():\n    return 1\n'
+CELL = (
+    '%pip install torchmetrics\nimport serverless_gpu\n\n@serverless_gpu.distributed(gpus=1, gpu_type="A10")\n'
+    "def train():\n    return 1\n"
+)
+AFTER = (
+    "%pip install torchmetrics\nimport databricks.air\n\n@databricks.air.distributed(num_accelerators=1, "
+    'accelerator_type="GPU_1xA10")\ndef train():\n    return 1\n'
+)
 CHANGES = [
     "AM101 change import serverless_gpu -> import databricks.air",
     "AM101 change serverless_gpu -> databricks.air",
@@ -39,13 +43,17 @@ def test_a_databricks_cell_with_a_bare_pip_line_is_migrated_as_the_same_jupyter_
     assert _records(jupyter_report) == CHANGES
 
 
-def test_the_pip_line_is_still_reported_and_fixed_as_a_magic(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_pip_line_is_still_reported_and_fixed_as_a_magic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "nb.py"
-    path.write_text("# Databricks notebook source\n!pip install serverless_gpu\nfrom serverless_gpu import distributed\n")
+    path.write_text(
+        "# Databricks notebook source\n!pip install serverless_gpu\nfrom serverless_gpu import distributed\n"
+    )
     assert run_cli(["--fix-pip", str(path)], capsys)[0] == 0
-    assert path.read_text() == ("# Databricks notebook source\n!pip install databricks-sdk-air\n"
-                                "from databricks.air import distributed\n")
+    assert path.read_text() == (
+        "# Databricks notebook source\n!pip install databricks-sdk-air\nfrom databricks.air import distributed\n"
+    )
     assert run_cli(["--check", str(path)], capsys) == (0, "")  # and nothing is left after the write
 
 
@@ -69,6 +77,8 @@ def test_a_cell_that_parses_or_cannot_be_masked_is_read_as_before(cell: str) -> 
     out, report = migrate("# Databricks notebook source\n" + cell, "nb.py")
     if "help" in cell:  # (no AM110: the line is text of the string, and is only prose)
         assert out.endswith(cell)
-        assert _records(report) == ["AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"]
+        assert _records(report) == [
+            "AM101 info a string mentions serverless_gpu (prose, not code); it is left as it is"
+        ]
     else:
         assert out.endswith(cell) and any(" AM902 manual cell skipped" in line for line in report)

@@ -18,16 +18,21 @@ from air_migrate.sources import DatabricksFile, PythonFile, SourceError, coding_
 
 RULES = [REGISTRY[code] for code in sorted(REGISTRY)]
 OLD = "from serverless_gpu import distributed\n\n@distributed(gpus=8, gpu_type='H100')\ndef train(): ...\n"
-NEW = "from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type='GPU_8xH100')\n" \
-      "def train(): ...\n"
+NEW = (
+    "from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type='GPU_8xH100')\n"
+    "def train(): ...\n"
+)
 LATIN = "# -*- coding: latin-1 -*-\n# Entraînement réparti, café compris\n"
 
 
-@pytest.mark.parametrize("head, encoding", [
-    ("# -*- coding: latin-1 -*-\n", "latin-1"),
-    ("#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\n", "cp1252"),
-    ("\n# coding=iso-8859-15\n", "iso-8859-15"),
-])
+@pytest.mark.parametrize(
+    "head, encoding",
+    [
+        ("# -*- coding: latin-1 -*-\n", "latin-1"),
+        ("#!/usr/bin/env python\n# vim: set fileencoding=cp1252 :\n", "cp1252"),
+        ("\n# coding=iso-8859-15\n", "iso-8859-15"),
+    ],
+)
 def test_a_coding_line_on_line_one_or_two_is_the_scripts_encoding(head: str, encoding: str) -> None:
     data = (head + "# é à ü € ?\n" + OLD).encode(encoding, errors="replace")
     assert coding_line(data) == encoding
@@ -54,14 +59,20 @@ def test_a_databricks_notebook_source_may_declare_its_encoding_on_line_two() -> 
     assert result.migrated == text.replace(OLD, NEW).encode("latin-1")
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"# -*- coding: klingon -*-\nx = 1\n", "declares 'klingon', which is no encoding Python knows"),
-    (b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n", "byte order mark but its coding line declares 'latin-1'"),
-    (b"# -*- coding: cp1252 -*-\n# \x81\n", r"not valid cp1252, the encoding its coding line declares \("
-                                            r"character maps to <undefined> at byte 27\): declare the encoding "
-                                            r"the file is really in, or save it in cp1252"),
-    (b"# -*- coding: utf-16 -*-\nx = 1\n", r"declares 'utf-16', which Python refuses in a coding line"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"# -*- coding: klingon -*-\nx = 1\n", "declares 'klingon', which is no encoding Python knows"),
+        (b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n", "byte order mark but its coding line declares 'latin-1'"),
+        (
+            b"# -*- coding: cp1252 -*-\n# \x81\n",
+            r"not valid cp1252, the encoding its coding line declares \("
+            r"character maps to <undefined> at byte 27\): declare the encoding "
+            r"the file is really in, or save it in cp1252",
+        ),
+        (b"# -*- coding: utf-16 -*-\nx = 1\n", r"declares 'utf-16', which Python refuses in a coding line"),
+    ],
+)
 def test_a_coding_line_python_would_refuse_is_an_error(data: bytes, message: str) -> None:
     with pytest.raises(SourceError, match=message):
         read_source("job.py", data)
@@ -81,8 +92,10 @@ def test_a_migration_its_encoding_cannot_hold_is_not_written_and_says_why() -> N
     data = b"# -*- coding: ascii -*-\nimport serverless_gpu\nx = 1\n"
     result = migrate_file("job.py", data, [*RULES, _Accented])
     assert result.migrated is None
-    assert result.error == ("the migrated text cannot be written in ascii, the encoding its coding line declares: it "
-                            "would hold 'é'; declare utf-8 instead and run air-migrate again")
+    assert result.error == (
+        "the migrated text cannot be written in ascii, the encoding its coding line declares: it "
+        "would hold 'é'; declare utf-8 instead and run air-migrate again"
+    )
 
 
 def test_write_mode_and_a_diff_git_applies_keep_the_files_own_bytes(

@@ -46,8 +46,10 @@ SCRIPT = (
 
 def test_a_script_keeps_every_byte_outside_the_changed_nodes() -> None:
     result = migrate(SCRIPT.encode())
-    expected = SCRIPT.replace("serverless_gpu", "databricks.air").replace("gpus=", "num_accelerators=").replace(
-        "gpu_type='H100'", "accelerator_type='GPU_8xH100'"
+    expected = (
+        SCRIPT.replace("serverless_gpu", "databricks.air")
+        .replace("gpus=", "num_accelerators=")
+        .replace("gpu_type='H100'", "accelerator_type='GPU_8xH100'")
     )
     assert result.migrated == expected.encode()  # BOM, CRLF, tabs, trailing spaces, comments, no final newline
     assert_second_run_is_a_no_op(result, "job.py")
@@ -128,14 +130,17 @@ def test_notebook_cells_migrate_around_their_magics_which_come_back_exactly() ->
     data = _notebook([new_markdown_cell("serverless_gpu"), *map(new_code_cell, NOTEBOOK_CELLS)])
     result = migrate(data, "nb.ipynb")
     assert result.migrated is not None
-    assert _sources(result.migrated) == [
-        "serverless_gpu",
-        "# %%capture\nfrom databricks.air import distributed",  # a commented-out magic is a comment
-        "%%capture out\n@distributed(num_accelerators=1, accelerator_type='GPU_1xH100')\ndef f(): ...",
-        "files = !ls\nif True:\n    %time f.distributed()\n    !echo serverless_gpu\n"
-        "    distributed(num_accelerators=2)(f)",
-        *NOTEBOOK_CELLS[3:],
-    ]
+    assert (
+        _sources(result.migrated)
+        == [
+            "serverless_gpu",
+            "# %%capture\nfrom databricks.air import distributed",  # a commented-out magic is a comment
+            "%%capture out\n@distributed(num_accelerators=1, accelerator_type='GPU_1xH100')\ndef f(): ...",
+            "files = !ls\nif True:\n    %time f.distributed()\n    !echo serverless_gpu\n"
+            "    distributed(num_accelerators=2)(f)",
+            *NOTEBOOK_CELLS[3:],
+        ]
+    )
     before, after = json.loads(data), json.loads(result.migrated)
     for old, new in zip(before["cells"], after["cells"]):
         assert {k: v for k, v in old.items() if k != "source"} == {k: v for k, v in new.items() if k != "source"}
@@ -214,16 +219,18 @@ def test_nothing_leaks_from_one_file_into_the_next() -> None:
     assert [r.code for r in second.records] == ["AM101"]
 
 
-
 def test_names_resolve_across_cells_from_the_imports_as_they_were_read() -> None:
     source = (
         "# Databricks notebook source\nimport serverless_gpu\n\n# COMMAND ----------\n\n"
         "@serverless_gpu.distributed(gpus=2)\ndef f(): ...\n"
     )
     result = migrate(source.encode(), "nb.py")
-    assert result.migrated == source.replace("serverless_gpu", "databricks.air").replace(
-        "gpus=", "num_accelerators="
-    ).encode()
+    assert (
+        result.migrated
+        == source.replace("serverless_gpu", "databricks.air").replace("gpus=", "num_accelerators=").encode()
+    )
     assert [(r.cell, r.line, r.column, r.code) for r in result.records] == [
-        (1, 2, 1, "AM101"), (2, 6, 2, "AM101"), (2, 6, 29, "AM102")
+        (1, 2, 1, "AM101"),
+        (2, 6, 2, "AM101"),
+        (2, 6, 29, "AM102"),
     ]

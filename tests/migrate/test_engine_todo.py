@@ -60,8 +60,10 @@ def test_changes_and_review_items_get_no_marker() -> None:
 
 def test_markers_go_below_a_shebang_and_keep_the_line_ending() -> None:
     source = '#!/usr/bin/env python\r\nm = __import__("serverless_gpu")\r\nx = 1\r\n'
-    marker = '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import databricks.air ' \
-             "instead\r\n"
+    marker = (
+        '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import databricks.air '
+        "instead\r\n"
+    )
     assert text(migrate(source)) == source.replace("m = ", marker + "m = ")
 
 
@@ -87,8 +89,9 @@ DATABRICKS = (
 def test_in_a_databricks_source_markers_stay_in_python_cells_below_the_header() -> None:
     result = migrate(DATABRICKS, "nb.py")
     assert text(result) == DATABRICKS.replace(
-        "m = ", '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import '
-        'databricks.air instead\n' + "m = "
+        "m = ",
+        '# TODO(air-migrate AM101): a dynamic import of "serverless_gpu" is left as it is: import '
+        "databricks.air instead\n" + "m = ",
     ).replace("from serverless_gpu", "from databricks.air")
     assert text(result).startswith("# Databricks notebook source\n# TODO")
     assert "# MAGIC %pip install serverless_gpu\n\n" in text(result)  # reported (AM110), no marker in a MAGIC cell

@@ -49,8 +49,14 @@ def code_cells(text: str, form: str) -> List[str]:
         cells = text.split("\n# COMMAND ----------\n")
         return [cell for cell in cells if not cell.strip().startswith("# MAGIC")]
     cells = [cell for cell in json.loads(text)["cells"] if cell["cell_type"] == "code"]
-    return ["".join(line for line in "".join(cell["source"]).splitlines(keepends=True)
-                    if not line.lstrip().startswith(("%", "!"))) for cell in cells]
+    return [
+        "".join(
+            line
+            for line in "".join(cell["source"]).splitlines(keepends=True)
+            if not line.lstrip().startswith(("%", "!"))
+        )
+        for cell in cells
+    ]
 
 
 def _is_old_type(value: object) -> bool:
@@ -83,10 +89,14 @@ def old_api_left(text: str, form: str) -> List[str]:
 
 def comments(text: str, form: str) -> List[str]:
     """The comments of the code cells, less the markers a write adds above the items it leaves for a person."""
-    return sorted(token.string for cell in code_cells(text, form)
-                  for token in tokenize.generate_tokens(io.StringIO(cell).readline) if token.type == tokenize.COMMENT
-                  and not token.string.startswith(("# COMMAND", "# TODO(air-migrate "))
-                  and token.string != "# Databricks notebook source")
+    return sorted(
+        token.string
+        for cell in code_cells(text, form)
+        for token in tokenize.generate_tokens(io.StringIO(cell).readline)
+        if token.type == tokenize.COMMENT
+        and not token.string.startswith(("# COMMAND", "# TODO(air-migrate "))
+        and token.string != "# Databricks notebook source"
+    )
 
 
 def _quiet_main(argv: List[str]) -> Tuple[int, str]:
@@ -110,8 +120,15 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, object]:
     after = {name: (root / name).read_text() for name in before}
     checks = {name: _quiet_main(["--check", "--no-progress", str(root / name)]) for name in before}
     again, _ = _quiet_main(["--no-progress", str(root)])
-    return {"root": root, "before": before, "after": after, "checks": checks, "checked_before": checked_before,
-            "write": write_code, "again": {name: (root / name).read_text() for name in before}}
+    return {
+        "root": root,
+        "before": before,
+        "after": after,
+        "checks": checks,
+        "checked_before": checked_before,
+        "write": write_code,
+        "again": {name: (root / name).read_text() for name in before},
+    }
 
 
 def _parameters() -> Iterator[object]:
@@ -123,14 +140,18 @@ def _parameters() -> Iterator[object]:
 def test_the_corpus_holds_every_form() -> None:
     texts = "\n".join(case.script() for case in CASES)
     for import_line, decorator in generated_corpus.IMPORT_FORMS:
-        assert any(case.cells[0].startswith(import_line + "\n") or case.cells[0] == import_line for case in CASES), \
+        assert any(case.cells[0].startswith(import_line + "\n") or case.cells[0] == import_line for case in CASES), (
             import_line
+        )
         assert f"@{decorator}(" in texts
     for spellings in generated_corpus.SPELLINGS.values():
         assert any(repr(spelling) in texts for spelling in spellings)
-    assert len(CASES) == (max(len(generated_corpus.IMPORT_FORMS), len(generated_corpus.TYPE_FORMS))
-                          + len(generated_corpus.NEGATIVE_TYPE_FORMS) + len(generated_corpus.TD_FORMS)
-                          + len(generated_corpus.NEGATIVE_TD_FORMS))
+    assert len(CASES) == (
+        max(len(generated_corpus.IMPORT_FORMS), len(generated_corpus.TYPE_FORMS))
+        + len(generated_corpus.NEGATIVE_TYPE_FORMS)
+        + len(generated_corpus.TD_FORMS)
+        + len(generated_corpus.NEGATIVE_TD_FORMS)
+    )
     assert {case.clean for case in CASES} == {True, False}
 
 
@@ -174,10 +195,18 @@ RUNNER = """
 
 
 def _run_scripts(paths: List[Path], tmp_path: Path) -> Dict[str, dict]:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DATABRICKS_AIR_")},
-           "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU", "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs")}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(RUNNER), *map(str, paths)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DATABRICKS_AIR_")},
+        "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
+        "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "logs"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(RUNNER), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

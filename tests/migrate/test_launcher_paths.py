@@ -21,11 +21,21 @@ FORMS = [
     ("import serverless_gpu.ray as sray", "sray.ray_launch", "import databricks.air.ray as sray"),
     ("import serverless_gpu.ray", "serverless_gpu.ray.ray_launch", "import databricks.air.ray"),
     ("from serverless_gpu import ray", "ray.ray_launch", "from databricks.air import ray"),
-    ("from serverless_gpu.launcher import distributed", "distributed",
-     "from databricks.air.launcher import distributed"),
-    ("from serverless_gpu.launcher import distributed as launch", "launch",
-     "from databricks.air.launcher import distributed as launch"),
-    ("import serverless_gpu.launcher as launcher", "launcher.distributed", "import databricks.air.launcher as launcher"),
+    (
+        "from serverless_gpu.launcher import distributed",
+        "distributed",
+        "from databricks.air.launcher import distributed",
+    ),
+    (
+        "from serverless_gpu.launcher import distributed as launch",
+        "launch",
+        "from databricks.air.launcher import distributed as launch",
+    ),
+    (
+        "import serverless_gpu.launcher as launcher",
+        "launcher.distributed",
+        "import databricks.air.launcher as launcher",
+    ),
     ("import serverless_gpu.launcher", "serverless_gpu.launcher.distributed", "import databricks.air.launcher"),
     ("from serverless_gpu import launcher", "launcher.distributed", "from databricks.air import launcher"),
     ("from serverless_gpu.api import distributed", "distributed", "from databricks.air import distributed"),
@@ -33,8 +43,11 @@ FORMS = [
     ("from serverless_gpu import distributed as d", "d", "from databricks.air import distributed as d"),
     ("import serverless_gpu as sg", "sg.distributed", "import databricks.air as sg"),
     ("import serverless_gpu", "serverless_gpu.distributed", "import databricks.air"),
-    ("from databricks.air.launcher import distributed", "distributed",
-     "from databricks.air.launcher import distributed"),
+    (
+        "from databricks.air.launcher import distributed",
+        "distributed",
+        "from databricks.air.launcher import distributed",
+    ),
 ]
 
 
@@ -42,10 +55,15 @@ FORMS = [
 def test_old_keywords_are_rewritten_whatever_the_import_path(import_line: str, decorator: str, after: str) -> None:
     source = f'{import_line}\n\n\n@{decorator}(gpus=4, gpu_type="A10", remote=True)\ndef job():\n    return 1\n'
     out, report = migrate(source)
-    new_decorator = decorator.replace("serverless_gpu.", "databricks.air.") if import_line.startswith("import ") \
-        and " as " not in import_line else decorator
-    assert out == (f'{after}\n\n\n@{new_decorator}(num_accelerators=4, accelerator_type="GPU_1xA10", remote=True)\n'
-                   "def job():\n    return 1\n")
+    new_decorator = (
+        decorator.replace("serverless_gpu.", "databricks.air.")
+        if import_line.startswith("import ") and " as " not in import_line
+        else decorator
+    )
+    assert out == (
+        f'{after}\n\n\n@{new_decorator}(num_accelerators=4, accelerator_type="GPU_1xA10", remote=True)\n'
+        "def job():\n    return 1\n"
+    )
     assert not [line for line in report if " manual " in line or " blocking " in line]
     assert migrate(out) == (out, [])
 
@@ -120,12 +138,16 @@ def test_check_fails_until_the_ray_launch_keywords_are_rewritten_and_passes_afte
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "embed.py"
-    path.write_text('from serverless_gpu.ray import ray_launch\n\n@ray_launch(gpus=4, gpu_type="A10", remote=True)\n'
-                    "def embed():\n    return 1\n")
+    path.write_text(
+        'from serverless_gpu.ray import ray_launch\n\n@ray_launch(gpus=4, gpu_type="A10", remote=True)\n'
+        "def embed():\n    return 1\n"
+    )
     assert _check(path, capsys) == 1
     # What the tool used to write: the import moved, the keywords left. --check must not pass it.
-    path.write_text('from databricks.air.ray import ray_launch\n\n@ray_launch(gpus=4, gpu_type="A10", remote=True)\n'
-                    "def embed():\n    return 1\n")
+    path.write_text(
+        'from databricks.air.ray import ray_launch\n\n@ray_launch(gpus=4, gpu_type="A10", remote=True)\n'
+        "def embed():\n    return 1\n"
+    )
     assert _check(path, capsys) == 1
     assert main(["--no-progress", str(path)]) == 0
     capsys.readouterr()
@@ -145,22 +167,29 @@ def test_every_spelling_the_runtime_accepts_maps_to_the_type_the_runtime_suggest
     model, legacy = parse_type(spelling)
     assert legacy and isinstance(model, GPUType)
     expected = AcceleratorType.from_gpu_type(model, count).value
-    source = f"from serverless_gpu import distributed\n\n@distributed(gpus={count}, gpu_type={spelling!r})\ndef f(): ...\n"
+    source = (
+        f"from serverless_gpu import distributed\n\n@distributed(gpus={count}, gpu_type={spelling!r})\ndef f(): ...\n"
+    )
     out, report = migrate(source)
-    assert out == (f"from databricks.air import distributed\n\n"
-                   f"@distributed(num_accelerators={count}, accelerator_type={expected!r})\ndef f(): ...\n")
+    assert out == (
+        f"from databricks.air import distributed\n\n"
+        f"@distributed(num_accelerators={count}, accelerator_type={expected!r})\ndef f(): ...\n"
+    )
     assert f"AM103 change {spelling!r} -> {expected!r}" in report[-1]
 
 
 @pytest.mark.parametrize("spelling", ["gpu_8xh100", "GPU_1XA10", "cpu"])
 def test_an_accelerator_type_in_another_case_is_already_new_and_left_alone(spelling: str) -> None:
-    source = f"from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type={spelling!r})\n" \
-             "def f(): ...\n"
+    source = (
+        f"from databricks.air import distributed\n\n@distributed(num_accelerators=8, accelerator_type={spelling!r})\n"
+        "def f(): ...\n"
+    )
     assert parse_type(spelling) == (AcceleratorType(spelling), False)
     assert migrate(source) == (source, [])
 
 
 def test_a_lowercase_h100_still_needs_a_count_that_has_a_shape() -> None:
-    out, report = migrate("from serverless_gpu import distributed\n\n@distributed(gpus=4, gpu_type='h100')\n"
-                          "def f(): ...\n")
+    out, report = migrate(
+        "from serverless_gpu import distributed\n\n@distributed(gpus=4, gpu_type='h100')\ndef f(): ...\n"
+    )
     assert report[-1] == "job.py:3:31: AM105 blocking 'h100' with 4 GPUs has no accelerator type: write one by hand"

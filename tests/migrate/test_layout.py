@@ -72,5 +72,9 @@ def test_the_checker_sees_imports_in_functions_and_the_packages_an_import_runs(t
     assert graph["air_migrate.results"] == set()  # under TYPE_CHECKING
     assert graph["air_migrate.rules.one"] == {"air_migrate.rules.base", "air_migrate.marker"}
     # marker -> rules.base runs rules/__init__, which imports rules.one, which imports marker.
-    assert find_circle(graph) == ["air_migrate.marker", "air_migrate.rules", "air_migrate.rules.one",
-                                  "air_migrate.marker"]
+    assert find_circle(graph) == [
+        "air_migrate.marker",
+        "air_migrate.rules",
+        "air_migrate.rules.one",
+        "air_migrate.marker",
+    ]

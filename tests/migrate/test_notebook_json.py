@@ -54,8 +54,9 @@ DUPLICATED = """{
  "nbformat_minor": 5
 }
 """
-MIGRATED = (DUPLICATED.replace('"from serverless_gpu import', '"from databricks.air import')
-            .replace("(gpus=1, gpu_type='A10')", "(num_accelerators=1, accelerator_type='GPU_1xA10')"))
+MIGRATED = DUPLICATED.replace('"from serverless_gpu import', '"from databricks.air import').replace(
+    "(gpus=1, gpu_type='A10')", "(num_accelerators=1, accelerator_type='GPU_1xA10')"
+)
 
 
 def test_a_duplicate_key_reads_as_its_last_value_and_writes_back_as_it_was() -> None:
@@ -65,8 +66,10 @@ def test_a_duplicate_key_reads_as_its_last_value_and_writes_back_as_it_was() -> 
     assert notebook_json.dump(notebook_json.load()) == DUPLICATED.encode()
     changed = notebook_json.load()
     changed["cells"][1]["source"] = "x = 1"
-    assert notebook_json.dump(changed) == DUPLICATED.replace(
-        "\"@distributed(gpus=1, gpu_type='A10')\\ndef f(): ...\"", '"x = 1"').encode()
+    assert (
+        notebook_json.dump(changed)
+        == DUPLICATED.replace("\"@distributed(gpus=1, gpu_type='A10')\\ndef f(): ...\"", '"x = 1"').encode()
+    )
 
 
 def test_a_notebook_with_duplicate_keys_is_migrated_in_place_and_counted(
@@ -103,9 +106,11 @@ def test_a_layout_that_cannot_be_written_again_says_where_and_what_to_do(
         NotebookJson.read(data.encode())
     assert main(["--check", str(path)]) == 3
     err = capsys.readouterr().err
-    assert (f"{path}: error: its JSON layout cannot be reproduced exactly (it differs from how it would be written "
-            "again at line 23, column 1), so it is left as it is: save it once with Jupyter or `jupyter nbconvert "
-            "--to notebook --inplace`, then run air-migrate again") in err
+    assert (
+        f"{path}: error: its JSON layout cannot be reproduced exactly (it differs from how it would be written "
+        "again at line 23, column 1), so it is left as it is: save it once with Jupyter or `jupyter nbconvert "
+        "--to notebook --inplace`, then run air-migrate again"
+    ) in err
     assert SUMMARY + "0 would change (0 change(s)), 0 item(s) need a person, 1 failed" in err
     assert path.read_text() == data
 

@@ -69,10 +69,14 @@ def test_the_earlier_cells_imports_are_kept_only_when_they_hold_a_word() -> None
     assert partial.module.code == "from wanted import x\ny = 1\nwanted.z()\n"
 
 
-@pytest.mark.parametrize("text", [
-    "wanted = 1\nx = (\n",  # the scan cannot follow it
-    "wanted = 1\nx = = 2\n",  # a statement left unparsed is not Python
-], ids=["scan", "syntax"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "wanted = 1\nx = (\n",  # the scan cannot follow it
+        "wanted = 1\nx = = 2\n",  # a statement left unparsed is not Python
+    ],
+    ids=["scan", "syntax"],
+)
 def test_what_cannot_be_checked_in_part_is_left_to_the_whole_parse(text: str) -> None:
     chunks = split_statements(text)
     assert chunks is None or parse_partly([], chunks, _fixed("wanted")) is None
@@ -90,12 +94,15 @@ def test_a_syntax_error_away_from_any_old_api_still_fails_the_script_where_pytho
     assert result.migrated is None
 
 
-@pytest.mark.parametrize("text", [
-    "# licence\n\nimport wanted\nx = 1\n",
-    "x = 1\n# about it\nwanted = 2\n# trailing\n\n",
-    "class A:\n    wanted = 1\n\n    # the end of its block\n\nif wanted:\n    pass\n# footer\n",
-    "\n\n@wanted\ndef f():\n    return 1\n\n\ny = 2",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# licence\n\nimport wanted\nx = 1\n",
+        "x = 1\n# about it\nwanted = 2\n# trailing\n\n",
+        "class A:\n    wanted = 1\n\n    # the end of its block\n\nif wanted:\n    pass\n# footer\n",
+        "\n\n@wanted\ndef f():\n    return 1\n\n\ny = 2",
+    ],
+)
 def test_the_code_a_partial_parse_gives_for_each_statement_is_what_libcst_prints(text: str) -> None:
     partial = parse_partly(["import wanted as w\n"], split_statements(text), _fixed("wanted"))
     assert partial is not None and partial.codes
@@ -104,11 +111,16 @@ def test_the_code_a_partial_parse_gives_for_each_statement_is_what_libcst_prints
 
 
 def test_a_large_script_is_parsed_only_where_it_mentions_the_old_api() -> None:
-    text = "import serverless_gpu as sg\n" + FILLER + "@sg.distributed(gpus=2)\ndef train():\n" + \
-           "".join(f"    step_{n}()\n" for n in range(100))
+    text = (
+        "import serverless_gpu as sg\n"
+        + FILLER
+        + "@sg.distributed(gpus=2)\ndef train():\n"
+        + "".join(f"    step_{n}()\n" for n in range(100))
+    )
     context = CellContext(1, text="")
-    prepared = cell_pass.prepare_cell(text, [PrefixImport("import os\n", 1, 1)], [r for r in RULES
-                                      if issubclass(r, Rule)], context)
+    prepared = cell_pass.prepare_cell(
+        text, [PrefixImport("import os\n", 1, 1)], [r for r in RULES if issubclass(r, Rule)], context
+    )
     assert prepared.partial is not None
     assert prepared.context.text.startswith("import serverless_gpu as sg\n\n\n@sg.distributed(gpus=2)\n")
     assert prepared.context.prefix == ()  # `import os` holds no word any rule asks for

@@ -11,10 +11,7 @@ import pytest
 
 from air_migrate.cli import main
 
-OLD = (
-    "from serverless_gpu import distributed\n\n"
-    '@distributed(gpus=8, gpu_type="H100")\ndef train(): ...\n'
-)
+OLD = 'from serverless_gpu import distributed\n\n@distributed(gpus=8, gpu_type="H100")\ndef train(): ...\n'
 IMPORT_ONLY = OLD.replace("from serverless_gpu", "from databricks.air")
 
 
@@ -52,7 +49,7 @@ def test_a_pyproject_without_the_table_is_passed_over_and_the_nearest_with_it_is
     project: Path, capsys
 ) -> None:
     _config(project, 'select = ["AM101"]\nfix-pip = true\n')
-    middle = _config(project / "src", 'todo-comments = true\n')
+    middle = _config(project / "src", "todo-comments = true\n")
     (project / "src" / "pkg" / "pyproject.toml").write_text('[project]\nname = "pkg"\n[tool.ruff]\nline-length = 1\n')
     lines = _settings(capsys)
     assert lines[0] == f"configuration: {middle}"
@@ -63,8 +60,11 @@ def test_a_pyproject_without_the_table_is_passed_over_and_the_nearest_with_it_is
 
 
 def test_show_settings_says_where_each_value_came_from_and_the_command_line_wins(project: Path, capsys) -> None:
-    config = _config(project, 'select = ["AM101", "AM102"]\nignore = ["AM102"]\nexclude = ["build"]\n'
-                              'fix-pip = true\npip-package = "databricks-air-oss==0.3"\n')
+    config = _config(
+        project,
+        'select = ["AM101", "AM102"]\nignore = ["AM102"]\nexclude = ["build"]\n'
+        'fix-pip = true\npip-package = "databricks-air-oss==0.3"\n',
+    )
     assert _settings(capsys, "--ignore", "AM103", "--no-fix-pip") == [
         f"configuration: {config}",
         f'  select         ["AM101", "AM102"]         ({config})',
@@ -79,8 +79,9 @@ def test_show_settings_says_where_each_value_came_from_and_the_command_line_wins
 
 def test_without_a_table_anywhere_show_settings_says_where_it_looked(project: Path, capsys) -> None:
     lines = _settings(capsys)
-    assert lines[0] == (f"configuration: none (no pyproject.toml with a [tool.air-migrate] table in "
-                        f"{project / 'src' / 'pkg'} or above)")
+    assert lines[0] == (
+        f"configuration: none (no pyproject.toml with a [tool.air-migrate] table in {project / 'src' / 'pkg'} or above)"
+    )
     assert all(line.endswith("(default)") for line in lines[1:-1])
 
 
@@ -115,22 +116,36 @@ def test_a_pip_package_from_the_file_needs_no_fix_pip_on_the_command_line(projec
     assert "--pip-package only applies with --fix-pip" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("table, message", [
-    ("fixpip = true\n",
-     "[tool.air-migrate] has an unknown key 'fixpip' (did you mean 'fix-pip'?); the keys are select, ignore, "
-     "exclude, fix-pip, pip-package, todo-comments"),
-    ('select = "AM101"\n',
-     "[tool.air-migrate] select must be a list of rule codes (e.g. [\"AM101\", \"AM102\"]), not a string ('AM101')"),
-    ('ignore = ["AM101", "AM999"]\n',
-     "[tool.air-migrate] ignore has unknown rule code(s) AM999; the rule codes are AM101, AM102, AM103, AM108, AM110, "
-     "AM111, AM201, AM217 (see air-migrate --list-rules)"),
-    ("select = []\n", "[tool.air-migrate] select is empty: leave it out to run every rule"),
-    ("todo-comments = 1\n", "[tool.air-migrate] todo-comments must be true or false, not a number (1)"),
-    ("exclude = [1]\n", '[tool.air-migrate] exclude must be a list of globs (e.g. ["build", "tests/*.py"]), not a list'),
-    ('pip-package = "a b"\n',
-     "[tool.air-migrate] pip-package 'a b' is not one package requirement (e.g. databricks-air-oss or "
-     "databricks-air-oss==0.3)"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (
+            "fixpip = true\n",
+            "[tool.air-migrate] has an unknown key 'fixpip' (did you mean 'fix-pip'?); the keys are select, ignore, "
+            "exclude, fix-pip, pip-package, todo-comments",
+        ),
+        (
+            'select = "AM101"\n',
+            '[tool.air-migrate] select must be a list of rule codes (e.g. ["AM101", "AM102"]), not a string (\'AM101\')',
+        ),
+        (
+            'ignore = ["AM101", "AM999"]\n',
+            "[tool.air-migrate] ignore has unknown rule code(s) AM999; the rule codes are AM101, AM102, AM103, AM108, AM110, "
+            "AM111, AM201, AM217 (see air-migrate --list-rules)",
+        ),
+        ("select = []\n", "[tool.air-migrate] select is empty: leave it out to run every rule"),
+        ("todo-comments = 1\n", "[tool.air-migrate] todo-comments must be true or false, not a number (1)"),
+        (
+            "exclude = [1]\n",
+            '[tool.air-migrate] exclude must be a list of globs (e.g. ["build", "tests/*.py"]), not a list',
+        ),
+        (
+            'pip-package = "a b"\n',
+            "[tool.air-migrate] pip-package 'a b' is not one package requirement (e.g. databricks-air-oss or "
+            "databricks-air-oss==0.3)",
+        ),
+    ],
+)
 def test_a_bad_table_names_the_file_the_key_and_the_fix_and_exits_2(
     project: Path, capsys, table: str, message: str
 ) -> None:

@@ -63,7 +63,9 @@ def test_a_databricks_source_splits_into_cells_and_comes_back(newline: str, bom:
     assert isinstance(source, DatabricksFile)
     assert [c.text is not None for c in source.cells] == [False, True, False, True]
     assert [c.first_line for c in source.cells] == [2, 5, 10, 14]
-    assert source.cells[1].text == newline.join(["", "# DBTITLE 1,Imports", "from serverless_gpu import distributed", "", ""])
+    assert source.cells[1].text == newline.join(
+        ["", "# DBTITLE 1,Imports", "from serverless_gpu import distributed", "", ""]
+    )
     assert source.render({}) == data
 
 
@@ -186,9 +188,11 @@ def test_what_cannot_be_read_exactly_is_an_error_not_a_rewrite(path: str, data: 
 
 @pytest.mark.parametrize(
     "line, magic",
-    [("%pip install serverless_gpu torch", "%pip install serverless_gpu torch"),
-     ("files = !ls -la /some/long/directory", "!ls -la /some/long/directory"),
-     ("%%time  # measured over the whole cell", "%%time  # measured over the whole cell")],
+    [
+        ("%pip install serverless_gpu torch", "%pip install serverless_gpu torch"),
+        ("files = !ls -la /some/long/directory", "!ls -la /some/long/directory"),
+        ("%%time  # measured over the whole cell", "%%time  # measured over the whole cell"),
+    ],
 )
 def test_a_long_enough_magic_is_masked_by_a_placeholder_of_its_own_length(line: str, magic: str) -> None:
     masked = mask_cell(1, line + "\nx = 1\n")

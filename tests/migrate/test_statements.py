@@ -30,11 +30,11 @@ SOURCES = {
     "header and footer": "#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n\n'''Doc.'''\nimport os\n\n# the end\n",
     "decorators": "@a\n# between\n\n@b(\n    1)\nasync def f():\n    pass\n@c\nclass C: pass\n",
     "clauses": "if a:\n    pass\nelif b:\n    pass\nelse:\n    pass\ntry:\n    x\nexcept E:\n    y\n"
-               "else:\n    z\nfinally:\n    w\nelsewhere = 1\n",
+    "else:\n    z\nfinally:\n    w\nelsewhere = 1\n",
     "brackets": "x = [\n1,\n  2, (3,\n4)]\ncall(a,\n# comment\n     b)\n",
     "continuation": "x = 1 + \\\n2\nif a and \\\n   b:\n    pass\n",
     "strings": 's = """\nimport fake\n  """\nt = \'it\\\'s\'; u = "say \\"hi\\" # not a comment"\n'
-               "v = r'\\\\'\nw = b'''x'''\n",
+    "v = r'\\\\'\nw = b'''x'''\n",
     "comments with quotes": "x = 1  # it's \"quoted\"\n# don't\ny = 2\n",
     "block footers": "def f():\n    pass\n    # owned\n\n# next\nx = 1\n",
     "less indented comment": "def f():\n    pass\n\n # not owned\nx = 1\n",
@@ -47,7 +47,7 @@ SOURCES = {
     "no final newline": "import os\ndef f():\n    return 1",
     "match": "match p:\n    case 1:\n        pass\n    case _:\n        pass\nx = 1\n",
     "nested functions": "class C:\n    def f(self):\n        def g():\n            return 1\n\n        return g\n\n\n"
-                        "def h():\n    '''\ndef fake(): pass\n'''\n",
+    "def h():\n    '''\ndef fake(): pass\n'''\n",
     "blank lines with spaces": "def f():\n    pass\n    \n    # owned\n  \nx = 1\n",
 }
 
@@ -66,15 +66,26 @@ def test_every_module_of_air_migrate_is_cut_as_libcst_cuts_it() -> None:
             assert split_statements(text) == libcst_chunks(text), path
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "# only a comment\n\n",
-    "x = (1,\n",
-    "x = 1)\n",
-    "s = 'never closed\nx = 1\n",
-    "s = '''never closed\n",
-    "    indented = 1\n",
-], ids=["empty", "no statement", "open bracket", "closing bracket", "unterminated string",
-        "unterminated triple-quoted string", "indented first statement"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "# only a comment\n\n",
+        "x = (1,\n",
+        "x = 1)\n",
+        "s = 'never closed\nx = 1\n",
+        "s = '''never closed\n",
+        "    indented = 1\n",
+    ],
+    ids=[
+        "empty",
+        "no statement",
+        "open bracket",
+        "closing bracket",
+        "unterminated string",
+        "unterminated triple-quoted string",
+        "indented first statement",
+    ],
+)
 def test_what_the_scan_cannot_follow_is_left_to_the_parser(text: str) -> None:
     assert split_statements(text) is None

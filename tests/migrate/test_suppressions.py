@@ -83,20 +83,27 @@ def test_without_a_suppression_a_guarded_import_fails_check(tmp_path: Path, caps
     assert (code, lines) == (1, [GUARDED_ITEM])
 
 
-@pytest.mark.parametrize("comment", [
-    "  # air-migrate: ignore[AM101]",
-    "  # air-migrate: ignore[AM101,AM901]",
-    "  # air-migrate: ignore",
-    "  # noqa: AM101",
-    "  # noqa: F401, AM101",
-    "  # NOQA:AM101",
-])
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "  # air-migrate: ignore[AM101]",
+        "  # air-migrate: ignore[AM101,AM901]",
+        "  # air-migrate: ignore",
+        "  # noqa: AM101",
+        "  # noqa: F401, AM101",
+        "  # NOQA:AM101",
+    ],
+)
 def test_a_suppression_on_the_line_hides_the_item_and_check_passes(tmp_path: Path, capsys, comment: str) -> None:
     code, lines = _check(tmp_path, "job.py", GUARDED.format(comment=comment), capsys)
-    expected = [] if "AM901" not in comment else [
-        "job.py:2:45: AM904 info `# air-migrate: ignore[AM101,AM901]`: nothing of AM901 to suppress on this line (a "
-        "change is always made and reported; to leave a file as it is: `# air-migrate: skip-file`): remove it"
-    ]  # each code of a list is checked, as ruff's RUF100 does; a note never fails --check
+    expected = (
+        []
+        if "AM901" not in comment
+        else [
+            "job.py:2:45: AM904 info `# air-migrate: ignore[AM101,AM901]`: nothing of AM901 to suppress on this line (a "
+            "change is always made and reported; to leave a file as it is: `# air-migrate: skip-file`): remove it"
+        ]
+    )  # each code of a list is checked, as ruff's RUF100 does; a note never fails --check
     assert (code, lines) == (0, expected)
 
 
@@ -201,8 +208,10 @@ def test_in_a_databricks_notebook_a_suppression_works_per_cell_line_and_a_magic_
 
 
 def test_in_a_jupyter_notebook_a_suppression_works_on_the_line_of_its_cell() -> None:
-    source = notebook("%pip install serverless_gpu  # air-migrate: ignore[AM110]\nx = 1",
-                      "y = 2\nimport serverless_gpu.telemetry  # noqa: AM101\nz = 3  # noqa: AM101")
+    source = notebook(
+        "%pip install serverless_gpu  # air-migrate: ignore[AM110]\nx = 1",
+        "y = 2\nimport serverless_gpu.telemetry  # noqa: AM101\nz = 3  # noqa: AM101",
+    )
     _, report = migrate_text(source, path="nb.ipynb")
     assert report == [
         "nb.ipynb:cell 3:3:8: AM904 info `# noqa: AM101`: nothing of AM101 to suppress on this line (a change is "
@@ -218,19 +227,26 @@ def test_a_skipped_cell_is_suppressed_from_any_of_its_lines() -> None:
     assert report == ["nb.ipynb:cell 2:1:1: AM901 manual cell skipped: the cell magic %%sh does not hold Python"]
 
 
-@pytest.mark.parametrize("path, source", [
-    ("job.py", "import serverless_gpu\n\n# air-migrate: skip-file\n"),
-    ("nb.py", "# Databricks notebook source\nimport serverless_gpu\n\n# COMMAND ----------\n\n"
-              "# air-migrate: skip-file\n"),
-    ("nb.ipynb", notebook("import serverless_gpu", "  # air-migrate: skip-file")),
-])
+@pytest.mark.parametrize(
+    "path, source",
+    [
+        ("job.py", "import serverless_gpu\n\n# air-migrate: skip-file\n"),
+        (
+            "nb.py",
+            "# Databricks notebook source\nimport serverless_gpu\n\n# COMMAND ----------\n\n# air-migrate: skip-file\n",
+        ),
+        ("nb.ipynb", notebook("import serverless_gpu", "  # air-migrate: skip-file")),
+    ],
+)
 def test_skip_file_leaves_the_file_as_it_is_and_reports_nothing(path: str, source: str) -> None:
     migrated, report = migrate_text(source, path=path)
     assert (migrated, report) == (source, [])
 
 
 def test_skip_file_must_be_a_comment_line_of_its_own() -> None:
-    source = ('import serverless_gpu\nnote = "# air-migrate: skip-file"\nx = 1  # air-migrate: skip-file\n'
-              '"""\n# air-migrate: skip-file\n"""\n')
+    source = (
+        'import serverless_gpu\nnote = "# air-migrate: skip-file"\nx = 1  # air-migrate: skip-file\n'
+        '"""\n# air-migrate: skip-file\n"""\n'
+    )
     migrated, _ = migrate_text(source)
     assert migrated.startswith("import databricks.air\n")

@@ -119,11 +119,13 @@ def test_a_jupyter_cell_in_python_gets_the_parser_message_and_magics_are_no_prob
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "nb.ipynb"
-    path.write_text(notebook(
-        "%cd /tmp\nfrom serverless_gpu import distributed",
-        "import serverless_gpu\nprint 'hello'",
-        "import serverless_gpu\ncd /tmp && ls",
-    ))
+    path.write_text(
+        notebook(
+            "%cd /tmp\nfrom serverless_gpu import distributed",
+            "import serverless_gpu\nprint 'hello'",
+            "import serverless_gpu\ncd /tmp && ls",
+        )
+    )
     assert main(["--check", str(path)]) == 1
     lines = [line.replace(str(path), "nb.ipynb") for line in capsys.readouterr().out.splitlines()]
     assert lines == [
@@ -136,11 +138,22 @@ def test_a_jupyter_cell_in_python_gets_the_parser_message_and_magics_are_no_prob
     ]
 
 
-@pytest.mark.parametrize("line, shell", [
-    ("%cd /dbfs", True), ("  !nvidia-smi", True), ("pip install serverless_gpu", True), ("cd /tmp && ls", True),
-    ("ls -la", True), ("pwd", True),
-    ("cat = load(", False), ("cd(path", False), ("pip.main([", False), ("x = foo(1,", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "line, shell",
+    [
+        ("%cd /dbfs", True),
+        ("  !nvidia-smi", True),
+        ("pip install serverless_gpu", True),
+        ("cd /tmp && ls", True),
+        ("ls -la", True),
+        ("pwd", True),
+        ("cat = load(", False),
+        ("cd(path", False),
+        ("pip.main([", False),
+        ("x = foo(1,", False),
+        ("", False),
+    ],
+)
 def test_what_counts_as_a_bare_magic_or_shell_line(line: str, shell: bool) -> None:
     assert looks_like_shell(line) is shell
 
@@ -153,6 +166,7 @@ def test_the_message_is_pythons_and_libcsts_only_when_python_accepts_the_text() 
     assert (problem.line, problem.column, problem.message) == (2, 5, "'[' was never closed")
     # A text Python accepts, that libcst did not (a construct it does not know yet): libcst's words, one line.
     fallback = describe("x = 1\n", caught.value, lines_before=1)
-    assert fallback.message.startswith("libcst cannot parse it (parser error: error at ") and "\n" not in \
-        fallback.message
+    assert (
+        fallback.message.startswith("libcst cannot parse it (parser error: error at ") and "\n" not in fallback.message
+    )
     assert fallback.line >= 1

@@ -41,13 +41,18 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     node = {"node_ip_address": "127.0.0.1", "num_cpus": CPUS_PER_NODE, "object_store_memory": _OBJECT_STORE_BYTES}
     # Every port picked free: Ray's defaults (the head's dashboard agent on 52365...) may be another cluster's.
-    dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
-                 "dashboard_agent_listen_port": free_port()}
+    dashboard = {
+        "include_dashboard": True,
+        "dashboard_host": "127.0.0.1",
+        "dashboard_port": free_port(),
+        "dashboard_agent_listen_port": free_port(),
+    }
     home = tmp_path_factory.mktemp("cluster-air-home")
     python = _layered_python(home)
     cluster_environment = {
-        "PATH": os.pathsep.join([str(Path(python).parent), str(Path(sys.executable).parent),
-                                 os.environ.get("PATH", "")]),
+        "PATH": os.pathsep.join(
+            [str(Path(python).parent), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        ),
         "DATABRICKS_AIR_HOME": str(home),
         "PIP_NO_INDEX": "1",
         "RUNTIME_ENV_RETRY_TIMES": "1",  # Ray tries a runtime environment that fails once, not three times
@@ -62,6 +67,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         except BaseException:
             cluster.shutdown()
             raise
+
     def shut_down() -> None:
         ray.shutdown()
         cluster.shutdown()

@@ -62,10 +62,15 @@ def where_tasks_run() -> dict:
         return ray.get_runtime_context().get_node_id()
 
     alive = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
-    pinned = [node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-              for node in alive]
-    return {"nodes": alive, "ran_on": sorted(ray.get(pinned)), "address": os.environ["RAY_ADDRESS"],
-            "call_nodes": os.environ["GROUP_WORLD_SIZE"]}
+    pinned = [
+        node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote() for node in alive
+    ]
+    return {
+        "nodes": alive,
+        "ran_on": sorted(ray.get(pinned)),
+        "address": os.environ["RAY_ADDRESS"],
+        "call_nodes": os.environ["GROUP_WORLD_SIZE"],
+    }
 
 
 @pytest.mark.slow
@@ -83,7 +88,8 @@ def test_remote_ranks_on_two_nodes_make_a_ray_cluster_of_two_nodes(connected: ob
 
 
 def test_a_worker_node_that_ends_before_the_driver_fails_its_rank_with_its_own_words(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from databricks.air._ray import rank_cluster
 
     class Store:  # rank 0's rendezvous store: the head's address, and the driver never done

@@ -97,7 +97,8 @@ def test_ranks_on_both_nodes_log_into_the_calls_mlflow_run(successful_call: Dict
     run = successful_call["run"]
     assert run.info.status == "FINISHED"
     assert {k: v for k, v in run.data.metrics.items() if k.startswith("rank_")} == {
-        "rank_1_node": 0.0, "rank_2_node": 1.0
+        "rank_1_node": 0.0,
+        "rank_2_node": 1.0,
     }
     assert run.data.params["accelerator_type"] == "CPU"
 
@@ -200,9 +201,7 @@ def test_an_interrupt_in_the_caller_stops_every_rank_and_frees_the_cluster(conne
 
 
 @pytest.mark.slow
-def test_a_rank_whose_ray_actor_dies_fails_the_call_and_takes_its_rank_with_it(
-    connected: Any, tmp_path: Path
-) -> None:
+def test_a_rank_whose_ray_actor_dies_fails_the_call_and_takes_its_rank_with_it(connected: Any, tmp_path: Path) -> None:
     import psutil
 
     started = tmp_path / "started"

@@ -21,8 +21,10 @@ def node(ip: str, alive: bool = True, **resources: float) -> dict:
 
 
 CPU_NODES = [node("10.0.0.1", CPU=8), node("10.0.0.2", CPU=8), node("10.0.0.3", alive=False, CPU=64)]
-A10G_NODES = [node("10.0.0.1", CPU=8, GPU=1, **{"accelerator_type:A10G": 1}), node("10.0.0.2", CPU=8, GPU=1,
-                                                                                    **{"accelerator_type:A10G": 1})]
+A10G_NODES = [
+    node("10.0.0.1", CPU=8, GPU=1, **{"accelerator_type:A10G": 1}),
+    node("10.0.0.2", CPU=8, GPU=1, **{"accelerator_type:A10G": 1}),
+]
 H100_NODES = [node("10.0.1.1", CPU=96, GPU=8, **{"accelerator_type:H100": 1})] * 2
 
 
@@ -81,7 +83,8 @@ def test_a_gpu_rank_reserves_one_gpu_on_a_node_of_its_model() -> None:
 def test_an_autoscaling_cluster_may_add_nodes_of_the_model() -> None:
     may_grow = {"GPU": 16, "CPU": 200, "accelerator_type:H100": 2}
     assert RankRequest(16, AcceleratorType.GPU_8xH100).bundle(CPU_NODES, may_grow) == {
-        "GPU": 1.0, "accelerator_type:H100": 0.001
+        "GPU": 1.0,
+        "accelerator_type:H100": 0.001,
     }
 
 
@@ -107,13 +110,24 @@ def test_ranks_are_numbered_node_by_node_from_rank_0s_node() -> None:
     slots = [Slot("a", "10.0.0.1"), Slot("b", "10.0.0.2"), Slot("a", "10.0.0.1"), Slot("b", "10.0.0.2")]
     places = arrange(slots)
     assert [(p.bundle, p.rank, p.local_rank, p.node_rank) for p in places] == [
-        (0, 0, 0, 0), (2, 1, 1, 0), (1, 2, 0, 1), (3, 3, 1, 1)
+        (0, 0, 0, 0),
+        (2, 1, 1, 0),
+        (1, 2, 0, 1),
+        (3, 3, 1, 1),
     ]
     environ = rank_environ(places, 3, 29500)
     assert environ == {
-        "RANK": "3", "LOCAL_RANK": "1", "ROLE_RANK": "3", "WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4",
-        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
-        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "ROLE_RANK": "3",
+        "WORLD_SIZE": "4",
+        "ROLE_WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "NODE_RANK": "1",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
     }
 
 
@@ -136,14 +150,22 @@ def test_job_variables_match_the_local_engine() -> None:
 
 def test_only_portable_variables_of_the_caller_travel(tmp_path) -> None:
     caller = {
-        "PATH": "/caller/bin", "HOME": "/home/me", "CUDA_VISIBLE_DEVICES": "0", "MASTER_PORT": "1234",
-        "MLFLOW_RUN_ID": "abc", "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "DATABRICKS_AIR_MLFLOW": "1",
-        "NCCL_DEBUG": "INFO", "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "PATH": "/caller/bin",
+        "HOME": "/home/me",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "MASTER_PORT": "1234",
+        "MLFLOW_RUN_ID": "abc",
+        "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db",
+        "DATABRICKS_AIR_MLFLOW": "1",
+        "NCCL_DEBUG": "INFO",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
     }
     forwarded = forwarded_environ(caller, str(tmp_path))
     assert forwarded == {
-        "MLFLOW_RUN_ID": "abc", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
-        "DATABRICKS_AIR_MLFLOW": "1", "NCCL_DEBUG": "INFO",
+        "MLFLOW_RUN_ID": "abc",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "DATABRICKS_AIR_MLFLOW": "1",
+        "NCCL_DEBUG": "INFO",
     }
 
 

@@ -117,9 +117,7 @@ def test_the_dashboard_is_a_link_in_jupyter(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     session.show_dashboard("127.0.0.1:8265")
     (html,) = shown
-    assert html.data == (
-        'Ray dashboard: <a href="http://127.0.0.1:8265" target="_blank">http://127.0.0.1:8265</a>'
-    )
+    assert html.data == ('Ray dashboard: <a href="http://127.0.0.1:8265" target="_blank">http://127.0.0.1:8265</a>')
 
 
 DRIVER = """
@@ -222,8 +220,13 @@ def test_a_local_instance_listens_on_loopback_only() -> None:
     environ = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR")}
     environ.update(TMPDIR=short, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     try:
-        done = subprocess.run([sys.executable, "-c", LISTENERS_OF_A_LOCAL_INSTANCE], env=environ, text=True,
-                              capture_output=True, timeout=240)
+        done = subprocess.run(
+            [sys.executable, "-c", LISTENERS_OF_A_LOCAL_INSTANCE],
+            env=environ,
+            text=True,
+            capture_output=True,
+            timeout=240,
+        )
     finally:
         shutil.rmtree(short, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]

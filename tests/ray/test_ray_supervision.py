@@ -39,7 +39,7 @@ class FakeHost:
 class FakeRay:
     """``wait``, ``get`` and ``kill`` as a remote call uses them; ``get`` raises ``KeyboardInterrupt`` once."""
 
-    class exceptions:  # noqa: N801 - mirrors ``ray.exceptions``
+    class exceptions:
         RayError = RuntimeError
 
     def __init__(self) -> None:
@@ -61,8 +61,19 @@ class FakeRay:
 
 
 def test_an_interrupt_between_taking_and_handling_a_poll_loses_no_rank(tmp_path: Path) -> None:
-    launch = Launch(name="f", world_size=2, function=b"", arguments=b"", environ={}, cwd=str(tmp_path), sys_path=[], argv=[],
-                    log_dir=str(tmp_path), grace_period=5.0, accelerator_type=AcceleratorType.CPU)
+    launch = Launch(
+        name="f",
+        world_size=2,
+        function=b"",
+        arguments=b"",
+        environ={},
+        cwd=str(tmp_path),
+        sys_path=[],
+        argv=[],
+        log_dir=str(tmp_path),
+        grace_period=5.0,
+        accelerator_type=AcceleratorType.CPU,
+    )
     call = RayCall(launch)
     fake = FakeRay()
     call.ray = fake

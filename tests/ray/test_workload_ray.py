@@ -16,12 +16,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workloads"))  # the workload tests' helpers
 
-from ray_test_support import RAY_TMPDIR, live_placement_groups, processes_with_marker, wait_until  # noqa: E402
-from workload_support import air, envelope, events, make_wheel, wait_for, wait_for_end  # noqa: E402
+from ray_test_support import RAY_TMPDIR, live_placement_groups, processes_with_marker, wait_until
+from workload_support import air, envelope, events, make_wheel, wait_for, wait_for_end
 
-import yaml  # noqa: E402
+import yaml
 
-TRAIN = '''
+TRAIN = """
 import os
 
 import torch
@@ -35,12 +35,12 @@ scale = yaml.safe_load(open(os.environ["HYPERPARAMETERS_PATH"]))["scale"]
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} on node {os.environ['NODE_RANK']}: "
       f"sum {total.item() * scale:g}", flush=True)
 dist.destroy_process_group()
-'''
-TORCHRUN = '''echo "node $NODE_RANK of $NUM_NODES: world $WORLD_SIZE, local $LOCAL_WORLD_SIZE, master $MASTER_ADDR"
+"""
+TORCHRUN = """echo "node $NODE_RANK of $NUM_NODES: world $WORLD_SIZE, local $LOCAL_WORLD_SIZE, master $MASTER_ADDR"
 test "$(pwd)" = "$CODE_SOURCE_PATH" && test -f train.py
 torchrun --nnodes="$NUM_NODES" --node_rank="$NODE_RANK" --nproc_per_node="$LOCAL_WORLD_SIZE" \\
   --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" train.py
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -51,21 +51,31 @@ def _registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DATABRICKS_AIR_RETRY_DELAY_SECONDS", "0")
     monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "2")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    for name in ("DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME",
-                 "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "RAY_ADDRESS"):
+    for name in (
+        "DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_EXPERIMENT_NAME",
+        "MLFLOW_EXPERIMENT_ID",
+        "MLFLOW_RUN_ID",
+        "RAY_ADDRESS",
+    ):
         monkeypatch.delenv(name, raising=False)
     return home
 
 
 def workload(folder: Path, name: str = "workload.yaml", **fields: Any) -> Path:
-    document = {"experiment_name": "ray-workload", "compute": {"accelerator_type": "CPU", "num_accelerators": 2},
-                "max_retries": 0, **fields}
+    document = {
+        "experiment_name": "ray-workload",
+        "compute": {"accelerator_type": "CPU", "num_accelerators": 2},
+        "max_retries": 0,
+        **fields,
+    }
     path = folder / name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
 
-def submit(path: Path, dashboard: str, *args: str, env: Dict[str, str] = {}) -> int:  # noqa: B006
+def submit(path: Path, dashboard: str, *args: str, env: Dict[str, str] = {}) -> int:
     done = air("run", "-f", str(path), "--backend", "ray", "--address", dashboard, "-o", "json", *args, env=env)
     assert done.returncode == 0, done.stderr + done.stdout
     return int(envelope(done)["data"]["run_id"])
@@ -84,8 +94,10 @@ def assert_cluster_as_it_was(marker: str) -> None:
     assert wait_until(lambda: not live_node_hosts(), 60), live_node_hosts()
     assert wait_until(lambda: not live_placement_groups(), 60), live_placement_groups()
     assert wait_until(lambda: not processes_with_marker(marker), 60), processes_with_marker(marker)
-    assert wait_until(lambda: ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"), 30), \
-        (ray.available_resources(), ray.cluster_resources())
+    assert wait_until(lambda: ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"), 30), (
+        ray.available_resources(),
+        ray.cluster_resources(),
+    )
 
 
 # --- a run across both nodes ---------------------------------------------------------------------------------------
@@ -98,13 +110,30 @@ def torchrun_run(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     folder = tmp_path_factory.mktemp("torchrun")
     (folder / "project").mkdir()
     (folder / "project" / "train.py").write_text(TRAIN)
-    path = workload(folder, compute={"accelerator_type": "CPU", "num_accelerators": 4},
-                    code_source={"root_path": "project"}, command=TORCHRUN, parameters={"scale": 10})
+    path = workload(
+        folder,
+        compute={"accelerator_type": "CPU", "num_accelerators": 4},
+        code_source={"root_path": "project"},
+        command=TORCHRUN,
+        parameters={"scale": 10},
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DATABRICKS_AIR_HOME", str(folder / "air-home"))
         patch.delenv("RAY_ADDRESS", raising=False)
-        watched = air("run", "-f", str(path), "--backend", "ray", "--nodes", "2", "--watch", "-o", "json",
-                      env={"RAY_ADDRESS": ray_cluster.address}, timeout=400)
+        watched = air(
+            "run",
+            "-f",
+            str(path),
+            "--backend",
+            "ray",
+            "--nodes",
+            "2",
+            "--watch",
+            "-o",
+            "json",
+            env={"RAY_ADDRESS": ray_cluster.address},
+            timeout=400,
+        )
         run_id = int(events(watched)[0]["run_id"])
         yield {
             "watched": watched,
@@ -144,17 +173,25 @@ def test_watch_streams_node_0_and_get_list_show_the_ray_job(torchrun_run: Dict[s
 
 @pytest.mark.slow
 def test_a_failing_node_stops_the_other_and_every_attempt_is_its_own_mlflow_run(
-        dashboard: str, connected: Any, tmp_path: Path) -> None:
+    dashboard: str, connected: Any, tmp_path: Path
+) -> None:
     import mlflow
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     marker = f"air-fail-{uuid.uuid4().hex[:8]}"
-    command = ('echo "node $NODE_RANK run $MLFLOW_RUN_ID"\n'
-               'if [ "$NODE_RANK" = 1 ]; then sleep 1; echo "node 1 gives up" >&2; exit 3; fi\n'
-               'trap \'echo "node 0 was stopped"; exit 143\' TERM\n'
-               'sleep 300 & wait')
-    path = workload(tmp_path, command=command, max_retries=1, env_variables={"AIR_TEST_MARKER": marker},
-                    experiment_name=f"ray-fail-{marker}")
+    command = (
+        'echo "node $NODE_RANK run $MLFLOW_RUN_ID"\n'
+        'if [ "$NODE_RANK" = 1 ]; then sleep 1; echo "node 1 gives up" >&2; exit 3; fi\n'
+        "trap 'echo \"node 0 was stopped\"; exit 143' TERM\n"
+        "sleep 300 & wait"
+    )
+    path = workload(
+        tmp_path,
+        command=command,
+        max_retries=1,
+        env_variables={"AIR_TEST_MARKER": marker},
+        experiment_name=f"ray-fail-{marker}",
+    )
     run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": store})
     final = wait_for_end(run_id, timeout=250)  # node 0's sleep 300 is cut short, twice
     assert final.status == "FAILED" and final.attempt_number == 1
@@ -179,10 +216,19 @@ def test_cancel_and_timeout_each_free_every_bundle_and_process(dashboard: str, c
     markers = {name: f"air-{name}-{uuid.uuid4().hex[:8]}" for name in ("cancel", "timeout")}
     runs = {}
     for name, marker in markers.items():
-        path = workload(tmp_path, f"{name}.yaml", command='echo "node $NODE_RANK started"\nsleep 300',
-                        env_variables={"AIR_TEST_MARKER": marker})
-        runs[name] = submit(path, dashboard, "--nodes", "2",
-                            env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"} if name == "timeout" else {})
+        path = workload(
+            tmp_path,
+            f"{name}.yaml",
+            command='echo "node $NODE_RANK started"\nsleep 300',
+            env_variables={"AIR_TEST_MARKER": marker},
+        )
+        runs[name] = submit(
+            path,
+            dashboard,
+            "--nodes",
+            "2",
+            env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "8"} if name == "timeout" else {},
+        )
     wait_for(runs["cancel"], lambda s: s.status == "RUNNING" and s.owner.get("attempt"), timeout=120)
     assert wait_until(lambda: len(processes_with_marker(markers["cancel"])) >= 4, 60)  # two hosts, two commands
     canceled = air("cancel", str(runs["cancel"]), "-o", "json")
@@ -204,10 +250,14 @@ def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: 
     assert done.returncode == 2
     assert "needs 3 node(s) of 1 CPU(s), each on a Ray node of its own (STRICT_SPREAD)" in done.stderr
     assert "2 node(s): 127.0.0.1 (CPU 2), 127.0.0.1 (CPU 2)" in done.stderr
-    too_big = workload(tmp_path, "too-big.yaml", command="echo never", compute={"accelerator_type": "CPU", "num_accelerators": 8})
+    too_big = workload(
+        tmp_path, "too-big.yaml", command="echo never", compute={"accelerator_type": "CPU", "num_accelerators": 8}
+    )
     done = air("run", "-f", str(too_big), "--backend", "ray", "--address", dashboard, "--nodes", "2", "-o", "json")
     assert done.returncode == 2 and "2 node(s) of 4 CPU(s)" in envelope(done)["error"]["message"]
-    gpus = workload(tmp_path, "gpus.yaml", command="echo never", compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 16})
+    gpus = workload(
+        tmp_path, "gpus.yaml", command="echo never", compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 16}
+    )
     done = air("run", "-f", str(gpus), "--backend", "ray", "--address", dashboard)
     assert done.returncode == 2 and "accelerator_type:H100" in done.stderr
     uneven = air("run", "-f", str(path), "--backend", "ray", "--address", dashboard, "--nodes", "2")
@@ -220,16 +270,17 @@ def test_a_node_count_the_cluster_can_never_hold_fails_at_submission(dashboard: 
 
 # python is Ray's environment for the job; the interpreter of torchrun (the cluster's own) sees the package through
 # PYTHONPATH; the token is redacted in the log.
-DEPENDENCY_COMMAND = r'''python -c "import airraypkg, sys; print('node', $NODE_RANK, airraypkg.VALUE, 'in', sys.prefix)"
+DEPENDENCY_COMMAND = r"""python -c "import airraypkg, sys; print('node', $NODE_RANK, airraypkg.VALUE, 'in', sys.prefix)"
 launcher="$(head -1 "$(command -v torchrun)")"
 "${launcher#\#!}" -c "import airraypkg; print('torchrun python:', airraypkg.VALUE)"
 echo "token $HF_TOKEN"
-'''
+"""
 
 
 @pytest.mark.slow
 def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach_the_cluster_in_clear(
-        dashboard: str, tmp_path: Path) -> None:
+    dashboard: str, tmp_path: Path
+) -> None:
     import importlib.util
 
     from ray.job_submission import JobSubmissionClient
@@ -240,15 +291,23 @@ def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach
     make_wheel(wheels, "airraypkg", "0.2", "VALUE = 'from the wheel'\n")
     (tmp_path / "requirements.txt").write_text("wheels/airraypkg-0.2-py3-none-any.whl\n")
     command = DEPENDENCY_COMMAND
-    path = workload(tmp_path, command=command, secrets={"HF_TOKEN": "ml_team/hf_token"},
-                    environment={"dependencies": ["-r requirements.txt"]})
-    broken = workload(tmp_path, "broken.yaml", command="echo never",
-                      environment={"dependencies": ["numpy", "air-no-such-package==9.9"]}, max_retries=2)
+    path = workload(
+        tmp_path,
+        command=command,
+        secrets={"HF_TOKEN": "ml_team/hf_token"},
+        environment={"dependencies": ["-r requirements.txt"]},
+    )
+    broken = workload(
+        tmp_path,
+        "broken.yaml",
+        command="echo never",
+        environment={"dependencies": ["numpy", "air-no-such-package==9.9"]},
+        max_retries=2,
+    )
     failing = submit(broken, dashboard, "--nodes", "2")  # both at once: 2 CPUs each, of the cluster's 4
     run_id = submit(path, dashboard, "--nodes", "2", env={"DATABRICKS_AIR_SECRET_ML_TEAM__HF_TOKEN": secret})
     # While Ray builds the nodes' environments (seconds: a virtualenv and pip each), the run says so.
-    wait_for(run_id, lambda s: "installing environment.dependencies on 2 node(s)" in (s.message or ""),
-             timeout=120)
+    wait_for(run_id, lambda s: "installing environment.dependencies on 2 node(s)" in (s.message or ""), timeout=120)
     final = wait_for_end(run_id, timeout=300)
     logs = [air("logs", str(run_id), "--node", str(node)).stdout for node in (0, 1)]
     assert final.status == "SUCCESS", (final.message, logs)
@@ -268,8 +327,9 @@ def test_dependencies_come_from_rays_runtime_environment_and_secrets_never_reach
     assert "pip" not in job.runtime_env  # the node hosts' environment only: the supervisor keeps the cluster's
     shown = json.dumps([job.entrypoint, job.metadata, job.runtime_env, job.message], default=str)
     assert secret not in shown and secret not in client.get_job_logs(job_id)
-    assert secret not in json.dumps([j.model_dump() if hasattr(j, "model_dump") else str(j) for j in client.list_jobs()],
-                                    default=str)
+    assert secret not in json.dumps(
+        [j.model_dump() if hasattr(j, "model_dump") else str(j) for j in client.list_jobs()], default=str
+    )
     on_disk = [str(p) for p in Path(RAY_TMPDIR).rglob("*") if p.is_file() and _holds(p, secret.encode())]
     assert on_disk == []  # not in Ray's logs, its unpacked working directories or anything else it keeps
     # A requirement that cannot be installed fails the run, which says which one, what pip said and what to do.

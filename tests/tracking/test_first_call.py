@@ -134,8 +134,9 @@ def test_a_first_call_in_a_fresh_process_times_out_within_its_timeout(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["took"] < 3 + GRACE, result
     # what it waited for: MLflow's import (begun at decoration) on a loaded machine, else the store
-    assert re.search(rf"(the MLflow store at {silent_server} did not answer|MLflow's import did not end) within",
-                     result["message"]), result
+    assert re.search(
+        rf"(the MLflow store at {silent_server} did not answer|MLflow's import did not end) within", result["message"]
+    ), result
 
 
 @pytest.mark.slow
@@ -145,7 +146,7 @@ def test_a_run_made_after_its_call_timed_out_is_ended_failed(store: str) -> None
     make_store(store)
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=1.5)(ranks)
     assert warmup.wait(None)  # the warm-up (begun at decoration) has opened the store before it is locked
-    database = store[len("sqlite:///"):]
+    database = store[len("sqlite:///") :]
     holder = hold_lock(database, 4.0)
     began = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError, match=r"the MLflow store at sqlite:///.* did not answer within"):
@@ -165,15 +166,13 @@ def test_a_run_made_after_its_call_timed_out_is_ended_failed(store: str) -> None
 
 
 @pytest.mark.slow
-def test_the_closing_line_and_the_duration_cover_the_set_up(
-    store: str, capfd: pytest.CaptureFixture
-) -> None:
+def test_the_closing_line_and_the_duration_cover_the_set_up(store: str, capfd: pytest.CaptureFixture) -> None:
     import mlflow
 
     make_store(store)
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)(ranks)
     assert warmup.wait(None)
-    hold_lock(store[len("sqlite:///"):], 2.0)  # the store answers 2 s late
+    hold_lock(store[len("sqlite:///") :], 2.0)  # the store answers 2 s late
     began = time.monotonic()
     assert fn.distributed() == [0, 1]
     took = time.monotonic() - began
@@ -194,7 +193,7 @@ def test_the_timeout_counts_from_the_call_so_slow_set_up_leaves_the_ranks_less(s
 
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=4)(sleeper)
     assert warmup.wait(None)
-    hold_lock(store[len("sqlite:///"):], 2.0)
+    hold_lock(store[len("sqlite:///") :], 2.0)
     began = time.monotonic()
     with pytest.raises(LocalExecutionTimeoutError, match="did not finish within its timeout of 4 s"):
         fn.distributed()
@@ -227,7 +226,7 @@ def test_the_first_calls_ranks_are_not_held_back_by_the_servers_mlflow_import(st
 
     fn = distributed(num_accelerators=2, accelerator_type="CPU", timeout=120)(mlflow_loaded)
     assert warmup.wait(None)
-    hold_lock(store[len("sqlite:///"):], 2.0)  # the caller makes its run while the server is idle for 2 s
+    hold_lock(store[len("sqlite:///") :], 2.0)  # the caller makes its run while the server is idle for 2 s
     assert fn.distributed() == [False, False]  # the server did not use that time to import MLflow first
     assert fn.distributed() == [True, True]  # it did once the first call's ranks had ended
 
@@ -302,13 +301,16 @@ def test_no_warm_up_with_tracking_off_or_in_a_rank(
 
 
 def test_importing_in_a_repl_starts_it_and_in_a_script_does_not(tmp_path: Path) -> None:
-    probe = ("import databricks.air, sys; from databricks.air._tracking import warmup as w; "
-             "print(w._thread is not None)\n")
+    probe = (
+        "import databricks.air, sys; from databricks.air._tracking import warmup as w; print(w._thread is not None)\n"
+    )
     env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    repl = subprocess.run([sys.executable, "-i", "-q"], input=probe, capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=60)
-    script = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=60)
+    repl = subprocess.run(
+        [sys.executable, "-i", "-q"], input=probe, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    script = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert repl.stdout.strip() == "True", repl.stderr
     assert script.stdout.strip() == "False", script.stderr
 
@@ -321,14 +323,25 @@ def test_in_a_jupyter_kernel_it_starts_once_the_importing_cell_has_ended(tmp_pat
 
     root = tmp_path / "kernels"
     (root / "python3").mkdir(parents=True)
-    (root / "python3" / "kernel.json").write_text(json.dumps(
-        {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-         "display_name": "Python 3", "language": "python"}
-    ))
-    env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                    IPYTHONDIR=str(tmp_path / "ipython"), PYDEVD_DISABLE_FILE_VALIDATION="1")
-    manager = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(
-        kernel_dirs=[str(root)], ensure_native_kernel=False))
+    (root / "python3" / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3",
+                "language": "python",
+            }
+        )
+    )
+    env = clean_env(
+        DATABRICKS_AIR_MLFLOW="1",
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+    )
+    manager = KernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(root)], ensure_native_kernel=False),
+    )
     manager.start_kernel(cwd=str(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = manager.client()
     client.start_channels()
@@ -381,8 +394,12 @@ def test_the_main_threads_imports_during_the_warm_up_succeed(statement: str, tmp
     )
     env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
     delays = ("0", "0.02", "0.2")  # each in a fresh interpreter of its own, at once: both cores work
-    processes = [subprocess.Popen([sys.executable, "-c", code, delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=env) for delay in delays]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for delay in delays
+    ]
     for delay, process in zip(delays, processes):
         out, err = process.communicate(timeout=120)
         assert out.strip() == "ok", (delay, err[-2000:])
@@ -409,8 +426,9 @@ def test_a_fork_during_the_warm_up_waits_for_it_so_the_child_can_import_mlflow(t
 
 
 @pytest.mark.slow
-def test_the_guard_is_gone_once_the_imports_are_over(run_script: Callable[..., subprocess.CompletedProcess],
-                                                      tmp_path: Path) -> None:
+def test_the_guard_is_gone_once_the_imports_are_over(
+    run_script: Callable[..., subprocess.CompletedProcess], tmp_path: Path
+) -> None:
     done = run_script(
         """
         import builtins
@@ -431,7 +449,7 @@ def test_active_run_id_is_none_while_mlflow_is_half_imported(monkeypatch: pytest
     from databricks.air._tracking import call_run
 
     class Half:
-        class __spec__:  # noqa: N801 - a module spec's stand-in
+        class __spec__:
             _initializing = True
 
     monkeypatch.setitem(sys.modules, "mlflow.tracking.fluent", Half())

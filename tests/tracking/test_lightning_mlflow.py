@@ -39,12 +39,20 @@ def train_with_mlflow_logger() -> Dict[str, Any]:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     generator = torch.Generator().manual_seed(int(os.environ["RANK"]))
-    data = torch.utils.data.TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator)
+    )
     logger = MLFlowLogger()  # the defaults: experiment "lightning_logs", a new run, if nothing binds it
     own = MLFlowLogger(experiment_name="chosen_by_the_user")
     trainer = pl.Trainer(
-        accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_steps=4,
-        logger=[logger, own], log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
+        accelerator="cpu",
+        devices=int(os.environ["LOCAL_WORLD_SIZE"]),
+        strategy="ddp",
+        max_steps=4,
+        logger=[logger, own],
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=8))

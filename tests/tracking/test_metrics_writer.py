@@ -15,7 +15,7 @@ from databricks.air._tracking.wire import RankSender
 from databricks.air._tracking.writer import MetricsWriter
 
 pytest.importorskip("mlflow")
-from mlflow.entities import Metric  # noqa: E402
+from mlflow.entities import Metric
 
 
 class Store:

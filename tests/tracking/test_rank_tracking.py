@@ -143,22 +143,30 @@ def test_hf_trainer_reporting_to_mlflow_logs_into_the_calls_run_and_leaves_it_ru
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-        config = GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16, bos_token_id=0,
-                            eos_token_id=0)
+        config = GPT2Config(
+            n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+        )
         model = GPT2LMHeadModel(config)
         data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))} for _ in range(16)]
         args = TrainingArguments(
-            output_dir=output_dir, max_steps=3, per_device_train_batch_size=2, logging_steps=1,
-            report_to=["mlflow"], use_cpu=True, save_strategy="no", disable_tqdm=True,
+            output_dir=output_dir,
+            max_steps=3,
+            per_device_train_batch_size=2,
+            logging_steps=1,
+            report_to=["mlflow"],
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
         )
         Trainer(model=model, args=args, train_dataset=data).train()
         status = mlflow.MlflowClient().get_run(os.environ["MLFLOW_RUN_ID"]).info.status
         mlflow.log_metric("after_training", 1.0)
         return status, torch.distributed.get_world_size()
 
-    assert distributed(num_accelerators=2, accelerator_type="CPU", timeout=600)(train).distributed(
-        str(tmp_path / "out")
-    ) == [("RUNNING", 2)] * 2
+    assert (
+        distributed(num_accelerators=2, accelerator_type="CPU", timeout=600)(train).distributed(str(tmp_path / "out"))
+        == [("RUNNING", 2)] * 2
+    )
     client = mlflow.MlflowClient(store)
     run = only_run(client)
     assert run.info.status == "FINISHED"
@@ -230,7 +238,7 @@ def test_a_batch_that_waits_out_sqlites_busy_timeout_is_written_when_the_lock_is
     real_sql = mlflow_db_utils.sql
     assert "busy_timeout = 20000" in Path(mlflow_db_utils.__file__).read_text()  # MLflow's pragma, as replaced
     monkeypatch.setattr(mlflow_db_utils, "sql", ShortBusyTimeout())  # the batches are written in this process
-    path = store[len("sqlite:///"):]
+    path = store[len("sqlite:///") :]
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_lock() -> None:  # as a long write of another process would (MLflow waits 2 s here, 20 s by default)
@@ -382,8 +390,10 @@ def logging_mode() -> Dict[str, Any]:
         "batched": mlflow.log_metric("loss", 1.0, step=1) is not None,  # MLflow returns a future when it queues
         "buffered": getattr(sys.modules["databricks.air._tracking.rank_side"]._metrics, "run_id", None)
         == os.environ["MLFLOW_RUN_ID"],  # in the rank's own buffer, not in MLflow's queue (a future per point)
-        "through the caller": type(getattr(sys.modules["databricks.air._tracking.rank_side"]._metrics, "_write", None))
-        .__name__ == "RankSender",  # written by the call's writer, not in the rank
+        "through the caller": type(
+            getattr(sys.modules["databricks.air._tracking.rank_side"]._metrics, "_write", None)
+        ).__name__
+        == "RankSender",  # written by the call's writer, not in the rank
         "rejected": rejected,
         "buffering": os.environ.get("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS"),
         "registry": os.environ.get("MLFLOW_REGISTRY_URI"),

@@ -47,7 +47,10 @@ def test_a_call_is_one_run_with_every_ranks_metrics_params_tags_and_logs(
     run = only_run(client)
     assert run.info.status == "FINISHED"
     assert run.data.params == {
-        "num_accelerators": "2", "accelerator_type": "CPU", "timeout": "120", "function": "log_losses",
+        "num_accelerators": "2",
+        "accelerator_type": "CPU",
+        "timeout": "120",
+        "function": "log_losses",
         "arg.steps": "3",  # the call's arguments: what tells the trials of a sweep apart
     }
     assert run.data.tags["databricks.air.version"] == __import__("databricks.air").air.__version__
@@ -141,7 +144,8 @@ def test_a_failing_call_is_a_failed_run_with_its_report(store: str) -> None:
     report = Path(client.download_artifacts(run.info.run_id, "failure.txt")).read_text()
     assert "Traceback from rank 1" in report
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "logs")) == [
-        "logs/rank_0.txt", "logs/rank_1.txt"
+        "logs/rank_0.txt",
+        "logs/rank_1.txt",
     ]
 
 
@@ -205,8 +209,13 @@ def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_cal
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "killed-callers")
     script, flag = tmp_path / "caller.py", tmp_path / "started"
     script.write_text(textwrap.dedent(KILLED_MID_CALL))
-    caller = subprocess.Popen([sys.executable, str(script), str(flag)], cwd=tmp_path, env=dict(os.environ),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    caller = subprocess.Popen(
+        [sys.executable, str(script), str(flag)],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_until(flag.exists, 120), "the call did not start"
     finally:
@@ -221,8 +230,9 @@ def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_cal
     assert not folder.exists()
     assert wait_until(lambda: client.get_run(killed.info.run_id).info.status == "KILLED", 30)
     assert "ended without ending the run" in client.get_run(killed.info.run_id).data.tags["databricks.air.failure"]
-    statuses = sorted(run.info.status for run in client.search_runs(
-        [client.get_experiment_by_name("killed-callers").experiment_id]))
+    statuses = sorted(
+        run.info.status for run in client.search_runs([client.get_experiment_by_name("killed-callers").experiment_id])
+    )
     assert statuses == ["FINISHED", "KILLED"]
 
 
@@ -291,7 +301,8 @@ def test_against_a_real_mlflow_server(
     assert child.info.status == "FINISHED"
     assert len(client.get_metric_history(child.info.run_id, "loss")) == 4
     assert sorted(a.path for a in client.list_artifacts(child.info.run_id, "logs")) == [
-        "logs/rank_0.txt", "logs/rank_1.txt"
+        "logs/rank_0.txt",
+        "logs/rank_1.txt",
     ]
     url = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs/{child.info.run_id}"
     assert url in capfd.readouterr().err

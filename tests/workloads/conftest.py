@@ -14,8 +14,13 @@ def _air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DATABRICKS_AIR_RETRY_DELAY_SECONDS", "0")
     monkeypatch.setenv("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "2")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing from the network: tests install wheels they build
-    for name in ("DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME",
-                 "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID"):
+    for name in (
+        "DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_EXPERIMENT_NAME",
+        "MLFLOW_EXPERIMENT_ID",
+        "MLFLOW_RUN_ID",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     return home

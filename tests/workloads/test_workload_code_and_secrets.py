@@ -16,7 +16,7 @@ from databricks.air.workloads.gitignore import IgnoreRules, parse_line
 from databricks.air.workloads.node_output import REDACTED, NodeOutput, read_times
 from databricks.air.workloads.workload import CodeSource, GitPin
 
-from workload_support import air, envelope, make_wheel, state, submit, wait_for, wait_for_end, write_workload
+from workload_support import air, envelope, make_wheel, state, submit, wait_for_end, write_workload
 
 # --- .gitignore ------------------------------------------------------------------------------------------------------
 
@@ -44,8 +44,9 @@ GITIGNORE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rules", "path", "is_dir", "ignored"), GITIGNORE_CASES,
-                         ids=[f"{'|'.join(c[0])}:{c[1]}" for c in GITIGNORE_CASES])
+@pytest.mark.parametrize(
+    ("rules", "path", "is_dir", "ignored"), GITIGNORE_CASES, ids=[f"{'|'.join(c[0])}:{c[1]}" for c in GITIGNORE_CASES]
+)
 def test_gitignore_rules(rules: List[str], path: str, is_dir: bool, ignored: bool) -> None:
     parsed = [rule for rule in (parse_line(line, "") for line in rules) if rule is not None]
     assert IgnoreRules(parsed).ignored(path, is_dir) is ignored
@@ -79,8 +80,9 @@ def test_a_working_tree_snapshot_honours_gitignore_files_and_drops_git(tmp_path:
 
 def test_include_paths_take_only_those_even_when_ignored(tmp_path: Path) -> None:
     root = _project(tmp_path / "project")
-    taken = snapshot.take(CodeSource(str(root), include_paths=("src", "data/big.bin", "notes.log")),
-                          str(tmp_path / "code"))
+    taken = snapshot.take(
+        CodeSource(str(root), include_paths=("src", "data/big.bin", "notes.log")), str(tmp_path / "code")
+    )
     assert _files(Path(taken)) == ["data/big.bin", "notes.log", "src/.gitignore", "src/model.py"]
 
 
@@ -96,8 +98,9 @@ def test_a_git_snapshot_is_the_commit_not_the_working_tree(tmp_path: Path) -> No
     (root / "untracked.py").write_text("x")
     taken = Path(snapshot.take(CodeSource(str(root), git=GitPin(branch="main")), str(tmp_path / "a")))
     assert (taken / "train.py").read_text() == "print('version 1')\n" and not (taken / "untracked.py").exists()
-    pinned = Path(snapshot.take(CodeSource(str(root), include_paths=("src",), git=GitPin(commit=commit)),
-                                str(tmp_path / "b")))
+    pinned = Path(
+        snapshot.take(CodeSource(str(root), include_paths=("src",), git=GitPin(commit=commit)), str(tmp_path / "b"))
+    )
     assert _files(pinned) == ["src/.gitignore", "src/model.py"]
     from databricks.air.workloads.errors import WorkloadFileError
 
@@ -108,8 +111,11 @@ def test_a_git_snapshot_is_the_commit_not_the_working_tree(tmp_path: Path) -> No
 def test_editing_the_code_while_a_run_waits_changes_nothing_in_it(tmp_path: Path) -> None:
     root = _project(tmp_path / "project")
     gate = tmp_path / "gate"
-    path = write_workload(tmp_path, code_source={"root_path": "project"},
-                          command=f"while [ ! -e {gate} ]; do sleep 0.05; done\npython train.py\nls")
+    path = write_workload(
+        tmp_path,
+        code_source={"root_path": "project"},
+        command=f"while [ ! -e {gate} ]; do sleep 0.05; done\npython train.py\nls",
+    )
     run_id = submit(path)
     (root / "train.py").write_text("print('version 2')\n")
     (root / "train.py").rename(root / "moved.py")
@@ -135,15 +141,21 @@ def test_secrets_reach_the_command_and_are_never_printed_or_saved(tmp_path: Path
   = "{digests}" ] && echo match
 python -c 'import os, sys; sys.stdout.write(os.environ["HF_TOKEN"][:9]); sys.stdout.flush(); print(os.environ["HF_TOKEN"][9:])'
 """
-    path = write_workload(tmp_path, command=command,
-                          secrets={"HF_TOKEN": "ml_team/hf_token", "DB_PASSWORD": "ml_team/db_password"})
+    path = write_workload(
+        tmp_path, command=command, secrets={"HF_TOKEN": "ml_team/hf_token", "DB_PASSWORD": "ml_team/db_password"}
+    )
     environ = {"DATABRICKS_AIR_SECRET_ML_TEAM__HF_TOKEN": from_variable}
     done = air("run", "-f", str(path), "--watch", env=environ)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "token: [REDACTED], password: [REDACTED]\nmatch\n[REDACTED]\n"
     run_id = int(done.stderr.split("air: run ")[1].split()[0])
-    shown = [done.stderr, air("get", str(run_id)).stdout, air("get", str(run_id), "-o", "json").stdout,
-             air("logs", str(run_id), "-o", "json").stdout, air("logs", str(run_id)).stdout]
+    shown = [
+        done.stderr,
+        air("get", str(run_id)).stdout,
+        air("get", str(run_id), "-o", "json").stdout,
+        air("logs", str(run_id), "-o", "json").stdout,
+        air("logs", str(run_id)).stdout,
+    ]
     run_dir = Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs" / str(run_id)
     saved = [p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file()]
     for text in shown + saved:
@@ -182,8 +194,9 @@ def test_a_missing_or_readable_secret_is_refused_with_what_to_do(tmp_path: Path)
 
 def test_redaction_holds_across_writes_and_times_are_recorded(tmp_path: Path) -> None:
     found = []
-    output = NodeOutput(str(tmp_path / "node_0.log"), str(tmp_path / "node_0.times"), ["topsecret", "ab"],
-                        on_alert=found.append)
+    output = NodeOutput(
+        str(tmp_path / "node_0.log"), str(tmp_path / "node_0.times"), ["topsecret", "ab"], on_alert=found.append
+    )
     for part in (b"x=tops", b"ecr", b"et;\nthen ab and topsecre", b"t\nKilled\nno newline top"):
         output.feed(part)
     output.close()
@@ -201,13 +214,14 @@ def test_redaction_holds_across_writes_and_times_are_recorded(tmp_path: Path) ->
 def test_dependencies_are_installed_once_and_reused(tmp_path: Path) -> None:
     make_wheel(tmp_path, "airtinypkg", "0.1", "VALUE = 42\n")
     (tmp_path / "requirements.txt").write_text("./airtinypkg-0.1-py3-none-any.whl\n")
-    command = ('python -c "import airtinypkg, torch; print(airtinypkg.VALUE)"\n'
-               'python -c "import sys; print(sys.prefix)"')
+    command = 'python -c "import airtinypkg, torch; print(airtinypkg.VALUE)"\npython -c "import sys; print(sys.prefix)"'
     path = write_workload(tmp_path, command=command, environment={"dependencies": ["-r requirements.txt"]})
     first = air("run", "-f", str(path), "--watch")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "[air] installing environment.dependencies" in first.stdout and "Successfully installed airtinypkg-0.1" \
-        in first.stdout
+    assert (
+        "[air] installing environment.dependencies" in first.stdout
+        and "Successfully installed airtinypkg-0.1" in first.stdout
+    )
     environment = first.stdout.splitlines()[-1]
     assert environment.startswith(str(Path(os.environ["DATABRICKS_AIR_HOME"]) / "envs"))
     second = air("run", "-f", str(path), "--watch")
@@ -218,8 +232,12 @@ def test_dependencies_are_installed_once_and_reused(tmp_path: Path) -> None:
 
 
 def test_dependencies_that_cannot_be_installed_fail_the_run_without_retries(tmp_path: Path) -> None:
-    path = write_workload(tmp_path, command="echo never", max_retries=2,
-                          environment={"dependencies": ["no-such-package-of-air-tests==1.0"]})
+    path = write_workload(
+        tmp_path,
+        command="echo never",
+        max_retries=2,
+        environment={"dependencies": ["no-such-package-of-air-tests==1.0"]},
+    )
     done = air("run", "-f", str(path), "--watch", "-o", "json")
     assert done.returncode == 1
     final = envelope(done)["data"]

@@ -47,8 +47,9 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         pytest.skip("mounting a tmpfs needs root")
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"a tmpfs cannot be mounted here: {mounted.stderr.strip()}")
     monkeypatch.setenv("DATABRICKS_AIR_HOME", str(disk / "air"))
@@ -74,7 +75,8 @@ def _fill(disk: Path) -> Path:
 
 @pytest.mark.slow
 def test_output_that_fills_the_disk_fails_the_attempt_stops_the_command_and_keeps_the_run(
-        tmp_path: Path, small_disk: Path) -> None:
+    tmp_path: Path, small_disk: Path
+) -> None:
     marker = uuid.uuid4().hex
     path = write_workload(tmp_path, command=FLOOD, env_variables={"AIR_TEST_MARKER": marker}, max_retries=2)
     watched = air("run", "-f", str(path), "--watch", timeout=60)
@@ -107,7 +109,8 @@ def test_output_that_fills_the_disk_fails_the_attempt_stops_the_command_and_keep
 
 
 def test_a_state_that_cannot_be_written_leaves_the_last_good_one_and_readers_show_the_truth(
-        tmp_path: Path, small_disk: Path) -> None:
+    tmp_path: Path, small_disk: Path
+) -> None:
     marker = uuid.uuid4().hex
     path = write_workload(tmp_path, command="echo started\nsleep 300", env_variables={"AIR_TEST_MARKER": marker})
     run_id = submit(path)
@@ -209,12 +212,15 @@ def test_a_killed_keeper_takes_every_process_of_its_command_along(tmp_path: Path
     assert "keeper" in " ".join(psutil.Process(keeper).cmdline())
     os.kill(keeper, signal.SIGKILL)
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5), [
-        (p.pid, p.cmdline()) for p in processes_with_marker(marker)]
+        (p.pid, p.cmdline()) for p in processes_with_marker(marker)
+    ]
 
     final = wait_for(run_id, lambda s: s.terminal, timeout=15)
     assert final.status == "FAILED"
-    assert final.message == f"node 0's keeper (pid {keeper}) was killed by SIGKILL; every process of the command " \
-                            "was stopped with it"
+    assert (
+        final.message == f"node 0's keeper (pid {keeper}) was killed by SIGKILL; every process of the command "
+        "was stopped with it"
+    )
     assert final.attempt_list[0].exit_code == 137
 
 
@@ -241,13 +247,16 @@ def test_a_keeper_killed_with_its_supervisor_leaves_nothing_once_the_run_is_look
     supervisor, keeper = running.owner["supervisor_pid"], running.owner["attempt"]["keeper_pid"]
     os.kill(supervisor, signal.SIGKILL)  # both at once: nothing that could stop the command is left
     os.kill(keeper, signal.SIGKILL)
-    assert wait_until(lambda: not psutil.pid_exists(keeper) or
-                      psutil.Process(keeper).status() == psutil.STATUS_ZOMBIE, timeout=5)
+    assert wait_until(
+        lambda: not psutil.pid_exists(keeper) or psutil.Process(keeper).status() == psutil.STATUS_ZOMBIE, timeout=5
+    )
     left_before = processes_with_marker(marker)  # some may go on their own (bash's parent-death signal): a race
     got = envelope(air("get", str(run_id), "-o", "json"))["data"]  # the reader notices, and stops what is left
     assert got["status"] == "FAILED" and f"the supervisor (pid {supervisor}) ended unexpectedly" in got["message"]
     if left_before:
-        assert "left without their keeper were killed now" in got["message"] or \
-            not processes_with_marker(marker), got["message"]
+        assert "left without their keeper were killed now" in got["message"] or not processes_with_marker(marker), got[
+            "message"
+        ]
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5), [
-        (p.pid, p.cmdline()) for p in processes_with_marker(marker)]
+        (p.pid, p.cmdline()) for p in processes_with_marker(marker)
+    ]

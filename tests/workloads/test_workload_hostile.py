@@ -22,8 +22,9 @@ from workload_support import air, envelope
 CORPUS = Path(__file__).resolve().parent.parent / "hostile"
 FILES = sorted(CORPUS.glob("*.yaml"))
 EXPECTED = re.compile(r"^# air run -f (?P<name>\S+) prints, and exits 2: (?P<line>.+)$")
-BASE = ("experiment_name: hostile\ncompute: {accelerator_type: CPU, num_accelerators: 1}\ncommand: \"true\"\n"
-        "max_retries: 0\n")
+BASE = (
+    'experiment_name: hostile\ncompute: {accelerator_type: CPU, num_accelerators: 1}\ncommand: "true"\nmax_retries: 0\n'
+)
 NOT_A_FILE = "not a regular file: write the workload to a file and give its path"
 
 
@@ -87,6 +88,7 @@ def _nul_byte(folder: Path) -> None:
 def _workload(code_source: str) -> Callable[[Path], None]:
     def make(folder: Path) -> None:
         (folder / "w.yaml").write_text(BASE + f"code_source: {code_source}\n")
+
     return make
 
 
@@ -95,6 +97,7 @@ def _with_links(code_source: str) -> Callable[[Path], None]:
         (folder / "proj" / "etclink").symlink_to("/etc")
         (folder / "proj" / "rootlink").symlink_to("/")
         _workload(code_source)(folder)
+
     return make
 
 
@@ -105,50 +108,80 @@ def _in_a_repository(code_source: str) -> Callable[[Path], None]:
         subprocess.run(git + ["add", "-A"], check=True)
         subprocess.run(git + ["commit", "-qm", "one"], check=True)
         _workload(code_source)(folder)
+
     return make
 
 
 MADE: Dict[str, Tuple[Callable[[Path], None], List[str], str]] = {
     "fifo": (_fifo, ["-f", "w.yaml"], f"Error: w.yaml: is a FIFO (named pipe), {NOT_A_FILE}"),
     "dev-zero": (lambda folder: None, ["-f", "/dev/zero"], f"Error: /dev/zero: is a character device, {NOT_A_FILE}"),
-    "dev-urandom": (lambda folder: None, ["-f", "/dev/urandom"],
-                    f"Error: /dev/urandom: is a character device, {NOT_A_FILE}"),
+    "dev-urandom": (
+        lambda folder: None,
+        ["-f", "/dev/urandom"],
+        f"Error: /dev/urandom: is a character device, {NOT_A_FILE}",
+    ),
     "link-to-dev-zero": (_link_to_dev_zero, ["-f", "w.yaml"], f"Error: w.yaml: is a character device, {NOT_A_FILE}"),
     "a-folder": (lambda folder: None, ["-f", "proj"], "Error: proj: is a directory, not a workload file"),
-    "over-one-mebibyte": (_over_one_mebibyte, ["-f", "w.yaml"], "Error: w.yaml: is more than 1 MiB; a workload file "
-                          "may be at most 1 MiB (put data in a file of code_source)"),
-    "nul-byte": (_nul_byte, ["-f", "w.yaml"], "Error: w.yaml: is not valid YAML: the character #x0000 is not allowed "
-                 "in YAML at line 5, column 21"),
-    "include-through-a-link": (_with_links("{root_path: proj, include_paths: [train.py, etclink/passwd]}"),
-                               ["-f", "w.yaml"], "Error: code_source.include_paths[1]: 'etclink/passwd' leads out of "
-                               "root_path, through a symbolic link, to /etc/passwd: only what is under root_path can "
-                               "be included (copy it there, or point root_path higher)"),
-    "include-a-link-out": (_with_links("{root_path: proj, include_paths: [etclink]}"), ["-f", "w.yaml"],
-                           "Error: code_source.include_paths[0]: 'etclink' leads out of root_path, through a symbolic "
-                           "link, to /etc: only what is under root_path can be included (copy it there, or point "
-                           "root_path higher)"),
-    "root-path-a-link-to-slash": (_with_links("{root_path: proj/rootlink}"), ["-f", "w.yaml"],
-                                  "Error: code_source.root_path: {dir}/proj/rootlink (that is, /) is the whole file "
-                                  "system, which the snapshot would copy into every run: point root_path at your "
-                                  "project's folder (root_path: . is the workload file's folder)"),
-    "git-branch-missing": (_in_a_repository("{root_path: proj, git: {branch: nope}}"), ["-f", "w.yaml"],
-                           "Error: code_source.git.branch: 'nope' is not a commit or branch of the repository at "
-                           "{dir}/proj"),
-    "git-include-path-missing": (_in_a_repository("{root_path: proj, git: {branch: main}, include_paths: [train.py, "
-                                                  "missing.py]}"), ["-f", "w.yaml"],
-                                 "Error: code_source.include_paths[1]: 'missing.py' is not in main under root_path "
-                                 "({dir}/proj)"),
-    "override-an-alias": (_workload("{root_path: proj}"), ["-f", "w.yaml", "--override", "parameters.a=&x [1]"],
-                          "Error: --override 'parameters.a=&x [1]': the value has the YAML anchor &x (line 1): "
-                          "anchors and aliases are not supported in a workload file; write the value out in full"),
-    "override-a-nul": (_workload("{root_path: proj}"), ["-f", "w.yaml", "--override", 'command="a\\0b"'],
-                       "Error: command: holds a NUL character (\\0) at character 2, which no command, path or "
-                       "environment variable can hold: remove it"),
-    "override-root-path-slash": (_workload("{root_path: proj}"), ["-f", "w.yaml", "--override",
-                                                                  "code_source.root_path=/"],
-                                 "Error: code_source.root_path: / is the whole file system, which the snapshot would "
-                                 "copy into every run: point root_path at your project's folder (root_path: . is the "
-                                 "workload file's folder)"),
+    "over-one-mebibyte": (
+        _over_one_mebibyte,
+        ["-f", "w.yaml"],
+        "Error: w.yaml: is more than 1 MiB; a workload file may be at most 1 MiB (put data in a file of code_source)",
+    ),
+    "nul-byte": (
+        _nul_byte,
+        ["-f", "w.yaml"],
+        "Error: w.yaml: is not valid YAML: the character #x0000 is not allowed in YAML at line 5, column 21",
+    ),
+    "include-through-a-link": (
+        _with_links("{root_path: proj, include_paths: [train.py, etclink/passwd]}"),
+        ["-f", "w.yaml"],
+        "Error: code_source.include_paths[1]: 'etclink/passwd' leads out of "
+        "root_path, through a symbolic link, to /etc/passwd: only what is under root_path can "
+        "be included (copy it there, or point root_path higher)",
+    ),
+    "include-a-link-out": (
+        _with_links("{root_path: proj, include_paths: [etclink]}"),
+        ["-f", "w.yaml"],
+        "Error: code_source.include_paths[0]: 'etclink' leads out of root_path, through a symbolic "
+        "link, to /etc: only what is under root_path can be included (copy it there, or point "
+        "root_path higher)",
+    ),
+    "root-path-a-link-to-slash": (
+        _with_links("{root_path: proj/rootlink}"),
+        ["-f", "w.yaml"],
+        "Error: code_source.root_path: {dir}/proj/rootlink (that is, /) is the whole file "
+        "system, which the snapshot would copy into every run: point root_path at your "
+        "project's folder (root_path: . is the workload file's folder)",
+    ),
+    "git-branch-missing": (
+        _in_a_repository("{root_path: proj, git: {branch: nope}}"),
+        ["-f", "w.yaml"],
+        "Error: code_source.git.branch: 'nope' is not a commit or branch of the repository at {dir}/proj",
+    ),
+    "git-include-path-missing": (
+        _in_a_repository("{root_path: proj, git: {branch: main}, include_paths: [train.py, missing.py]}"),
+        ["-f", "w.yaml"],
+        "Error: code_source.include_paths[1]: 'missing.py' is not in main under root_path ({dir}/proj)",
+    ),
+    "override-an-alias": (
+        _workload("{root_path: proj}"),
+        ["-f", "w.yaml", "--override", "parameters.a=&x [1]"],
+        "Error: --override 'parameters.a=&x [1]': the value has the YAML anchor &x (line 1): "
+        "anchors and aliases are not supported in a workload file; write the value out in full",
+    ),
+    "override-a-nul": (
+        _workload("{root_path: proj}"),
+        ["-f", "w.yaml", "--override", 'command="a\\0b"'],
+        "Error: command: holds a NUL character (\\0) at character 2, which no command, path or "
+        "environment variable can hold: remove it",
+    ),
+    "override-root-path-slash": (
+        _workload("{root_path: proj}"),
+        ["-f", "w.yaml", "--override", "code_source.root_path=/"],
+        "Error: code_source.root_path: / is the whole file system, which the snapshot would "
+        "copy into every run: point root_path at your project's folder (root_path: . is the "
+        "workload file's folder)",
+    ),
 }
 
 

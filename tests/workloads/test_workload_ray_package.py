@@ -22,9 +22,13 @@ def test_local_paths_in_entries_and_requirement_files_name_their_shipped_copies(
     (project / "requirements.txt").write_text("wheels/inside-1.0-py3-none-any.whl\n-r more.txt\nnumpy>=1 # pinned\n")
     (project / "more.txt").write_text(f"{outside}\n")
     entries, shipped, rewritten = ray_package.ship_dependencies(
-        ["-r requirements.txt", str(outside), "torch>=2; python_version >= '3.9'"], str(project))
-    assert entries == [f"-r {HERE}/requirements.txt", f"{HERE}/_outside/0/outside-2.0-py3-none-any.whl",
-                       "torch>=2; python_version >= '3.9'"]  # an entry without a local file is kept as written
+        ["-r requirements.txt", str(outside), "torch>=2; python_version >= '3.9'"], str(project)
+    )
+    assert entries == [
+        f"-r {HERE}/requirements.txt",
+        f"{HERE}/_outside/0/outside-2.0-py3-none-any.whl",
+        "torch>=2; python_version >= '3.9'",
+    ]  # an entry without a local file is kept as written
     assert shipped == {
         "deps/requirements.txt": str(project / "requirements.txt"),
         "deps/wheels/inside-1.0-py3-none-any.whl": str(project / "wheels" / "inside-1.0-py3-none-any.whl"),
@@ -32,7 +36,10 @@ def test_local_paths_in_entries_and_requirement_files_name_their_shipped_copies(
         "deps/_outside/0/outside-2.0-py3-none-any.whl": str(outside),
     }
     assert rewritten["deps/requirements.txt"].decode().splitlines() == [
-        f"{HERE}/wheels/inside-1.0-py3-none-any.whl", f"-r {HERE}/more.txt", "numpy>=1 # pinned"]
+        f"{HERE}/wheels/inside-1.0-py3-none-any.whl",
+        f"-r {HERE}/more.txt",
+        "numpy>=1 # pinned",
+    ]
     assert rewritten["deps/more.txt"].decode() == f"{HERE}/_outside/0/outside-2.0-py3-none-any.whl\n"
 
 
@@ -53,8 +60,26 @@ def test_the_pip_field_changes_when_a_local_file_does(tmp_path: Path) -> None:
 
 def _spec(dependencies: list, base_dir: Path) -> RunSpec:
     """A spec with these dependencies; the other fields play no part here."""
-    return RunSpec(run_id=1, backend="ray", experiment_name="e", run_name="r", command="true", accelerator_type="CPU",
-                   num_accelerators=1, accelerators="1 x CPU", plan={}, max_retries=0, timeout_seconds=None,
-                   timeout_minutes=None, env_variables={}, secrets={}, dependencies=dependencies,
-                   base_dir=str(base_dir), has_parameters=False, submit_dir=str(base_dir), user="u",
-                   idempotency_key="k", code_path=str(base_dir))
+    return RunSpec(
+        run_id=1,
+        backend="ray",
+        experiment_name="e",
+        run_name="r",
+        command="true",
+        accelerator_type="CPU",
+        num_accelerators=1,
+        accelerators="1 x CPU",
+        plan={},
+        max_retries=0,
+        timeout_seconds=None,
+        timeout_minutes=None,
+        env_variables={},
+        secrets={},
+        dependencies=dependencies,
+        base_dir=str(base_dir),
+        has_parameters=False,
+        submit_dir=str(base_dir),
+        user="u",
+        idempotency_key="k",
+        code_path=str(base_dir),
+    )

@@ -48,7 +48,7 @@ REFUSED = [
     ("tag-timestamp", "t: !!timestamp 2020-01-01\n", "t", "has the YAML tag !!timestamp"),
     ("tag-binary", "b: !!binary aGk=\n", "b", "has the YAML tag !!binary"),
     ("tag-python", "x: !!python/name:os.system\n", "x", "has the YAML tag !!python/name:os.system"),
-    ("key-with-a-newline", "\"a\\nb\": 1\n\"a\\nb\": 2\n", "'a\\nb'", "is given twice"),
+    ("key-with-a-newline", '"a\\nb": 1\n"a\\nb": 2\n', "'a\\nb'", "is given twice"),
 ]
 
 
@@ -61,15 +61,18 @@ def test_the_reader_refuses_naming_the_field(text: str, field: str, fragment: st
     assert "\n" not in raised.value.reason
 
 
-@pytest.mark.parametrize("text", [
-    "p: " + "[" * 63 + "]" * 63 + "\n",  # 64 levels, the file's mapping being the first
-    "p: " + "{a: " * 63 + "1" + "}" * 63 + "\n",
-    "seed: " + "9" * 100 + "\n",
-    "a: !!str 1\nb: !!int '2'\nc: !!float '1.5'\nd: !!bool 'true'\ne: !!null ''\nf: !!seq [1]\ng: !!map {x: 1}\n",
-    "a: ! 1\n",  # the non-specific tag: a string
-    "c: {<<: {x: 1}, y: 2}\n",  # a merge key without an alias
-    "1: a\n'1': b\n",  # an integer key and a string key
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "p: " + "[" * 63 + "]" * 63 + "\n",  # 64 levels, the file's mapping being the first
+        "p: " + "{a: " * 63 + "1" + "}" * 63 + "\n",
+        "seed: " + "9" * 100 + "\n",
+        "a: !!str 1\nb: !!int '2'\nc: !!float '1.5'\nd: !!bool 'true'\ne: !!null ''\nf: !!seq [1]\ng: !!map {x: 1}\n",
+        "a: ! 1\n",  # the non-specific tag: a string
+        "c: {<<: {x: 1}, y: 2}\n",  # a merge key without an alias
+        "1: a\n'1': b\n",  # an integer key and a string key
+    ],
+)
 def test_the_reader_takes_what_is_not_refused(text: str) -> None:
     assert isinstance(yaml_values.load(text), dict)
 
@@ -92,8 +95,9 @@ def test_a_file_names_the_field_and_an_override_its_text(tmp_path: Path) -> None
     path.write_text("experiment_name: exp\nparameters: {lr: 1, lr: 2}\n")
     with pytest.raises(WorkloadFileError) as raised:
         loading.load(str(path))
-    assert str(raised.value) == ("parameters.lr: is given twice (line 2): keep one of them (YAML would silently keep "
-                                 "the last)")
+    assert str(raised.value) == (
+        "parameters.lr: is given twice (line 2): keep one of them (YAML would silently keep the last)"
+    )
     path.write_text(yaml.safe_dump(BASE))
     with pytest.raises(InvalidArguments, match=r"^--override 'parameters=\{a: 1, a: 2\}': a is given twice"):
         loading.load(str(path), ["parameters={a: 1, a: 2}"])
@@ -104,8 +108,9 @@ def test_a_nul_byte_in_the_file_is_named_by_line_and_column(tmp_path: Path) -> N
     path.write_bytes(b"experiment_name: exp\ncommand: a\0b\n")
     with pytest.raises(WorkloadFileError) as raised:
         loading.load(str(path))
-    assert str(raised.value) == (f"{path}: is not valid YAML: the character #x0000 is not allowed in YAML at line 2, "
-                                 "column 11")
+    assert str(raised.value) == (
+        f"{path}: is not valid YAML: the character #x0000 is not allowed in YAML at line 2, column 11"
+    )
 
 
 def test_a_file_is_read_up_to_its_cap_only(tmp_path: Path) -> None:
@@ -138,31 +143,60 @@ OUT_OF_BOUNDS = [
     ("retries-101", {"max_retries": 101}, "max_retries", "must be at most 100, not 101"),
     ("timeout-30-days-and-a-minute", {"timeout_minutes": 43201}, "timeout_minutes", "at most 43200"),
     ("cpu-ranks-1025", {"compute.num_accelerators": 1025}, "compute.num_accelerators", "at most 1024, not 1025"),
-    ("gpus-129-nodes", {"compute.accelerator_type": "GPU_8xH100", "compute.num_accelerators": 1032},
-     "compute.num_accelerators", "at most 1024, not 1032 (128 nodes of 8 GPUs"),
-    ("one-gpu-nodes-129", {"compute.accelerator_type": "GPU_1xH100", "compute.num_accelerators": 129},
-     "compute.num_accelerators", "at most 128, not 129 (128 nodes of 1 GPUs"),
-    ("variable-too-long", {"env_variables": {"BIG": "x" * (128 * 1024)}}, "env_variables.BIG",
-     "an environment variable may hold at most 131071"),
+    (
+        "gpus-129-nodes",
+        {"compute.accelerator_type": "GPU_8xH100", "compute.num_accelerators": 1032},
+        "compute.num_accelerators",
+        "at most 1024, not 1032 (128 nodes of 8 GPUs",
+    ),
+    (
+        "one-gpu-nodes-129",
+        {"compute.accelerator_type": "GPU_1xH100", "compute.num_accelerators": 129},
+        "compute.num_accelerators",
+        "at most 128, not 129 (128 nodes of 1 GPUs",
+    ),
+    (
+        "variable-too-long",
+        {"env_variables": {"BIG": "x" * (128 * 1024)}},
+        "env_variables.BIG",
+        "an environment variable may hold at most 131071",
+    ),
     ("nul-in-a-variable", {"env_variables": {"A": "x\0"}}, "env_variables.A", "holds a NUL character"),
     ("nul-in-the-command", {"command": "echo \0"}, "command", "holds a NUL character (\\0) at character 6"),
     ("nul-in-root-path", {"code_source": {"root_path": ".\0"}}, "code_source.root_path", "holds a NUL character"),
-    ("nul-in-an-include-path", {"code_source": {"root_path": ".", "include_paths": ["a\0"]}},
-     "code_source.include_paths[0]", "holds a NUL character"),
+    (
+        "nul-in-an-include-path",
+        {"code_source": {"root_path": ".", "include_paths": ["a\0"]}},
+        "code_source.include_paths[0]",
+        "holds a NUL character",
+    ),
     ("nul-in-a-secret", {"secrets": {"T": "s/k\0"}}, "secrets.T", "holds a NUL character"),
     ("newline-after-the-name", {"experiment_name": "exp\n"}, "experiment_name", "may only hold ASCII letters"),
-    ("newline-after-a-variable-name", {"env_variables": {"A\n": "1"}}, "env_variables.'A\\n'",
-     "not a valid environment variable name"),
-    ("newline-after-a-branch", {"code_source": {"root_path": ".", "git": {"branch": "main\n"}}},
-     "code_source.git.branch", "may only hold"),
-    ("newline-after-a-commit", {"code_source": {"root_path": ".", "git": {"commit": "abc123\n"}}},
-     "code_source.git.commit", "commit hash"),
+    (
+        "newline-after-a-variable-name",
+        {"env_variables": {"A\n": "1"}},
+        "env_variables.'A\\n'",
+        "not a valid environment variable name",
+    ),
+    (
+        "newline-after-a-branch",
+        {"code_source": {"root_path": ".", "git": {"branch": "main\n"}}},
+        "code_source.git.branch",
+        "may only hold",
+    ),
+    (
+        "newline-after-a-commit",
+        {"code_source": {"root_path": ".", "git": {"commit": "abc123\n"}}},
+        "code_source.git.commit",
+        "commit hash",
+    ),
     ("unknown-key-with-a-newline", {"comm\nand": "x"}, "'comm\\nand'", "unknown field"),
 ]
 
 
-@pytest.mark.parametrize(("changes", "path", "fragment"), [c[1:] for c in OUT_OF_BOUNDS],
-                         ids=[c[0] for c in OUT_OF_BOUNDS])
+@pytest.mark.parametrize(
+    ("changes", "path", "fragment"), [c[1:] for c in OUT_OF_BOUNDS], ids=[c[0] for c in OUT_OF_BOUNDS]
+)
 def test_each_bound_reports_its_path(tmp_path: Path, changes: Dict[str, Any], path: str, fragment: str) -> None:
     with pytest.raises(WorkloadFileError) as raised:
         schema.validate(_with(changes), str(tmp_path))
@@ -172,9 +206,18 @@ def test_each_bound_reports_its_path(tmp_path: Path, changes: Dict[str, Any], pa
 
 
 def test_the_bounds_themselves_are_allowed(tmp_path: Path) -> None:
-    workload, _ = schema.validate(_with({"max_retries": 100, "timeout_minutes": 43200,
-                                         "compute.accelerator_type": "GPU_8xH100", "compute.num_accelerators": 1024,
-                                         "env_variables": {"BIG": "x" * (128 * 1024 - 5)}}), str(tmp_path))
+    workload, _ = schema.validate(
+        _with(
+            {
+                "max_retries": 100,
+                "timeout_minutes": 43200,
+                "compute.accelerator_type": "GPU_8xH100",
+                "compute.num_accelerators": 1024,
+                "env_variables": {"BIG": "x" * (128 * 1024 - 5)},
+            }
+        ),
+        str(tmp_path),
+    )
     assert workload.max_retries == 100 and workload.compute.nodes == 128
     workload, _ = schema.validate(_with({"compute.num_accelerators": 1024}), str(tmp_path))
     assert workload.compute.num_accelerators == 1024
@@ -202,8 +245,9 @@ def test_include_paths_are_followed_to_the_end_and_must_stay_under_root_path(tmp
     (root / "alias").symlink_to("src")
     (root / "out").symlink_to(tmp_path)
     (tmp_path / "secret.txt").write_text("s")
-    ok, _ = schema.validate(_with({"code_source": {"root_path": "proj", "include_paths": ["alias/a.py", "alias"]}}),
-                            str(tmp_path))
+    ok, _ = schema.validate(
+        _with({"code_source": {"root_path": "proj", "include_paths": ["alias/a.py", "alias"]}}), str(tmp_path)
+    )
     assert ok.code_source.include_paths == ("alias/a.py", "alias")
     for entry, where in (("out/secret.txt", tmp_path / "secret.txt"), ("out", tmp_path)):
         with pytest.raises(WorkloadFileError) as raised:

@@ -48,8 +48,13 @@ def _values(output: str) -> Dict[str, str]:
 def test_the_command_runs_under_strict_bash_in_its_snapshot_with_the_node_variables(tmp_path: Path) -> None:
     code = tmp_path / "project"
     code.mkdir()
-    path = write_workload(tmp_path, command=SHOW_VARIABLES, code_source={"root_path": "project"},
-                          parameters={"lr": "1e-3", "layers": [64, 64]}, env_variables={"GREETING": "hi there"})
+    path = write_workload(
+        tmp_path,
+        command=SHOW_VARIABLES,
+        code_source={"root_path": "project"},
+        parameters={"lr": "1e-3", "layers": [64, 64]},
+        env_variables={"GREETING": "hi there"},
+    )
     done = air("run", "-f", str(path), "--watch")
     assert done.returncode == 0, done.stderr
     values = _values(done.stdout)
@@ -65,16 +70,23 @@ def test_the_command_runs_under_strict_bash_in_its_snapshot_with_the_node_variab
     assert re.search(r"^pipefail\s+on$", done.stdout, re.MULTILINE)
     assert "lr: 1e-3\nlayers:\n- 64\n- 64\n" in done.stdout
     assert "run 1 ended SUCCESS" in done.stderr
-    same = subprocess.run([sys.executable, "-m", "databricks.air", "get", str(run_id), "-o", "json"],
-                          capture_output=True, text=True, timeout=60)
+    same = subprocess.run(
+        [sys.executable, "-m", "databricks.air", "get", str(run_id), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert same.returncode == 0 and json.loads(same.stdout)["data"]["status"] == "SUCCESS"
 
 
-@pytest.mark.parametrize(("command", "message"), [
-    ('echo "$NOT_SET_ANYWHERE"\necho never', "NOT_SET_ANYWHERE: unbound variable"),
-    ("false | cat\necho never", ""),
-    ("exit 3\necho never", ""),
-])
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ('echo "$NOT_SET_ANYWHERE"\necho never', "NOT_SET_ANYWHERE: unbound variable"),
+        ("false | cat\necho never", ""),
+        ("exit 3\necho never", ""),
+    ],
+)
 def test_a_failing_line_fails_the_run(tmp_path: Path, command: str, message: str) -> None:
     path = write_workload(tmp_path, command=command)
     done = air("run", "-f", str(path), "--watch", "-o", "json")
@@ -96,15 +108,25 @@ echo "attempt $n"
 [ "$n" -ge 2 ]
 """
     path = write_workload(tmp_path, experiment_name=experiment, command=command, max_retries=2)
-    done = air("run", "-f", str(path), "--watch", "-o", "json",
-               env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store})
+    done = air(
+        "run",
+        "-f",
+        str(path),
+        "--watch",
+        "-o",
+        "json",
+        env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     stream = events(done)
     assert stream[0]["type"] == "SUBMITTED"
     changes = [(e["previous_status"], e["status"]) for e in stream if e.get("type") == "STATUS"]
     assert changes.count(("RUNNING", "WAITING_FOR_RETRY")) == 2 and changes[-1] == ("RUNNING", "SUCCESS")
-    assert [e["line"] for e in stream if e.get("type") == "LOG" and e["line"].startswith("attempt")] == \
-        ["attempt 0", "attempt 1", "attempt 2"]
+    assert [e["line"] for e in stream if e.get("type") == "LOG" and e["line"].startswith("attempt")] == [
+        "attempt 0",
+        "attempt 1",
+        "attempt 2",
+    ]
     run_id = stream[0]["run_id"]
     final = state(run_id)
     assert final.status == "SUCCESS" and [a.status for a in final.attempt_list] == ["FAILED", "FAILED", "SUCCESS"]
@@ -127,8 +149,13 @@ echo "attempt $n"
 @pytest.mark.slow
 def test_an_attempt_past_its_timeout_is_timedout_and_retried(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    path = write_workload(tmp_path, command="setsid sleep 300 &\nsleep 300", max_retries=1, timeout_minutes=60,
-                          env_variables={"AIR_TEST_MARKER": marker})
+    path = write_workload(
+        tmp_path,
+        command="setsid sleep 300 &\nsleep 300",
+        max_retries=1,
+        timeout_minutes=60,
+        env_variables={"AIR_TEST_MARKER": marker},
+    )
     done = air("run", "-f", str(path), "--watch", "-o", "json", env={"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "1"})
     assert done.returncode == 1
     final = envelope(done)["data"]
@@ -175,8 +202,15 @@ def test_a_killed_supervisor_takes_its_command_along_and_the_run_reads_failed(tm
 
 def test_two_runs_at_once_get_two_ids_and_two_ports(tmp_path: Path) -> None:
     path = write_workload(tmp_path, command='echo "port=$MASTER_PORT"\nsleep 1')
-    started = [subprocess.Popen([AIR, "run", "-f", str(path), "--watch", "-o", "json"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    started = [
+        subprocess.Popen(
+            [AIR, "run", "-f", str(path), "--watch", "-o", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [process.communicate(timeout=120) for process in started]
     assert [process.returncode for process in started] == [0, 0], outputs
     found = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
@@ -206,10 +240,22 @@ def test_list_get_and_logs_in_text_and_json(tmp_path: Path) -> None:
     assert air("list").stdout.startswith("No runs.")  # active runs only by default
     listed = air("list", "--all-status")
     header, *rows = listed.stdout.splitlines()
-    assert header.split() == ["Run", "ID", "Experiment", "Status", "Started", "Duration", "MLflow", "User",
-                              "Accelerators"]
-    assert rows[0].split()[:3] == [str(failed), "nlp-bad", "FAILED"] and rows[1].split()[:3] == [str(ok), "vision-ok",
-                                                                                                 "SUCCESS"]
+    assert header.split() == [
+        "Run",
+        "ID",
+        "Experiment",
+        "Status",
+        "Started",
+        "Duration",
+        "MLflow",
+        "User",
+        "Accelerators",
+    ]
+    assert rows[0].split()[:3] == [str(failed), "nlp-bad", "FAILED"] and rows[1].split()[:3] == [
+        str(ok),
+        "vision-ok",
+        "SUCCESS",
+    ]
     data = envelope(air("list", "--all-status", "-o", "json"))["data"]["runs"]
     assert [item["run_id"] for item in data] == [failed, ok]
     assert set(data[0]) >= {"run_id", "run_name", "user", "status", "started_at", "is_sweep"}
@@ -224,11 +270,14 @@ def test_list_get_and_logs_in_text_and_json(tmp_path: Path) -> None:
     got = envelope(air("get", str(failed), "-o", "json"))["data"]
     assert got["status"] == "FAILED" and got["attempt_number"] == 0 and got["experiment_name"] == "nlp-bad"
     assert got["attempts"][0]["exit_code"] == 4 and got["configuration"]["command"] == "echo oops\nexit 4"
-    assert air("get", "999").returncode == 1 and envelope(air("get", "999", "-o", "json"))["error"]["code"] == \
-        "NOT_FOUND"
+    assert (
+        air("get", "999").returncode == 1 and envelope(air("get", "999", "-o", "json"))["error"]["code"] == "NOT_FOUND"
+    )
 
     shown = air("logs", str(ok))
-    assert shown.returncode == 0 and shown.stdout == "step 1 loss 0.5\nRuntimeError: CUDA error: out of memory\nstep 2\n"
+    assert (
+        shown.returncode == 0 and shown.stdout == "step 1 loss 0.5\nRuntimeError: CUDA error: out of memory\nstep 2\n"
+    )
     stream = events(air("logs", str(ok), "-o", "json"))
     assert [e["type"] for e in stream] == ["LOG", "ALERT", "LOG", "LOG"]
     assert stream[1]["pattern"] == "cuda-oom" and stream[1]["line_number"] == 2 and stream[1]["node"] == 0
@@ -244,8 +293,9 @@ def test_list_get_and_logs_in_text_and_json(tmp_path: Path) -> None:
 
 
 def test_runs_that_cannot_run_here_are_refused_before_anything_is_recorded(tmp_path: Path) -> None:
-    two_nodes = write_workload(tmp_path, "a.yaml", compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 16},
-                               command="true")
+    two_nodes = write_workload(
+        tmp_path, "a.yaml", compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 16}, command="true"
+    )
     done = air("run", "-f", str(two_nodes))
     assert done.returncode == 2 and "is 2 nodes of 8" in done.stderr and "Ray backend" in done.stderr
     image = write_workload(tmp_path, "b.yaml", command="true", environment={"unity_catalog_image": "c.s.img:1"})
@@ -255,8 +305,11 @@ def test_runs_that_cannot_run_here_are_refused_before_anything_is_recorded(tmp_p
 
 
 def test_a_gpu_workload_runs_on_cpu_ranks_when_asked(tmp_path: Path) -> None:
-    path = write_workload(tmp_path, compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 8},
-                          command='echo "$LOCAL_WORLD_SIZE/$WORLD_SIZE"')
+    path = write_workload(
+        tmp_path,
+        compute={"accelerator_type": "GPU_8xH100", "num_accelerators": 8},
+        command='echo "$LOCAL_WORLD_SIZE/$WORLD_SIZE"',
+    )
     done = air("run", "-f", str(path), "--watch", env={"DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "8/8\n" and "running GPU_8xH100 x 8 as 8 CPU rank(s)" in done.stderr
@@ -302,14 +355,18 @@ echo "attempt $n done"
 def test_a_submitted_run_shows_its_mlflow_run_as_the_decorator_does(tmp_path: Path, mlflow_store: str) -> None:
     experiment = f"link-{uuid.uuid4().hex[:8]}"
     path = write_workload(tmp_path, experiment_name=experiment, command="true")
-    done = air("run", "-f", str(path), "--no-cache", env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store})
+    done = air(
+        "run", "-f", str(path), "--no-cache", env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store}
+    )
     assert done.returncode == 0, done.stderr
     run_id = int(re.search(r"Run ID: (\d+)", done.stdout).group(1))
     final = wait_for_end(run_id)
     mlflow_run = final.latest.mlflow_run_id
     assert f"Experiment: {experiment}" in done.stdout
-    assert f"MLflow run {experiment} ({mlflow_run}) in {mlflow_store}; to see it: mlflow ui --backend-store-uri " \
-           f"{mlflow_store}" in done.stdout
+    assert (
+        f"MLflow run {experiment} ({mlflow_run}) in {mlflow_store}; to see it: mlflow ui --backend-store-uri "
+        f"{mlflow_store}" in done.stdout
+    )
 
 
 def test_an_unreachable_tracking_server_fails_the_submission(tmp_path: Path) -> None:
@@ -319,8 +376,9 @@ def test_an_unreachable_tracking_server_fails_the_submission(tmp_path: Path) -> 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there once the probe is closed
     path = write_workload(tmp_path, command="true")
-    done = air("run", "-f", str(path), env={"DATABRICKS_AIR_MLFLOW": "1",
-                                             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"})
+    done = air(
+        "run", "-f", str(path), env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
+    )
     assert done.returncode == 1 and "cannot be reached" in done.stderr and "DATABRICKS_AIR_MLFLOW=0" in done.stderr
     assert not (Path(os.environ["DATABRICKS_AIR_HOME"]) / "runs").exists()
 
@@ -335,12 +393,25 @@ def test_a_follower_that_polls_after_several_changes_still_reports_each_one() ->
     def at(status: str, attempts: int) -> list:
         return status_path(RunState(run_id=1, status=status, submitted_at=0.0, attempts=[{}] * attempts))
 
-    history = [at("PENDING", 0), at("RUNNING", 1), at("WAITING_FOR_RETRY", 1), at("RUNNING", 2),
-               at("RUNNING", 3), at("SUCCESS", 3)]
+    history = [
+        at("PENDING", 0),
+        at("RUNNING", 1),
+        at("WAITING_FOR_RETRY", 1),
+        at("RUNNING", 2),
+        at("RUNNING", 3),
+        at("SUCCESS", 3),
+    ]
     for before, after in zip(history, history[1:]):
-        assert after[:len(before)] == before
-    assert history[-1] == [statuses.PENDING, statuses.RUNNING, statuses.WAITING_FOR_RETRY, statuses.RUNNING,
-                           statuses.WAITING_FOR_RETRY, statuses.RUNNING, statuses.SUCCESS]
+        assert after[: len(before)] == before
+    assert history[-1] == [
+        statuses.PENDING,
+        statuses.RUNNING,
+        statuses.WAITING_FOR_RETRY,
+        statuses.RUNNING,
+        statuses.WAITING_FOR_RETRY,
+        statuses.RUNNING,
+        statuses.SUCCESS,
+    ]
     assert at("CANCELED", 0) == [statuses.PENDING, statuses.CANCELED]
 
 
@@ -352,15 +423,17 @@ def test_options_of_the_ray_backend_are_checked_before_anything_is_recorded(tmp_
     no_address = air("run", "-f", str(path), "--backend", "ray", env={"RAY_ADDRESS": ""})
     assert no_address.returncode == 2 and "--backend ray needs the Ray cluster's address" in no_address.stderr
     uneven = air("run", "-f", str(path), "--backend", "ray", "--address", "http://127.0.0.1:9", "--nodes", "3")
-    assert uneven.returncode == 2 and "--nodes 3: the node count must divide compute.num_accelerators (2)" \
-        in uneven.stderr
+    assert (
+        uneven.returncode == 2 and "--nodes 3: the node count must divide compute.num_accelerators (2)" in uneven.stderr
+    )
     nobody = air("run", "-f", str(path), "--backend", "ray", "--address", "http://127.0.0.1:9")
     assert nobody.returncode != 0 and "no Ray dashboard answers at http://127.0.0.1:9" in nobody.stderr
     assert envelope(air("list", "--all-status", "-o", "json"))["data"]["runs"] == []
 
 
-def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A short run can start, print and end between two polls of `air run --watch`: what a poll finds is still shown
     # in the order it happened (RUNNING, the attempt's lines, its retry's wait, the next attempt...), never a line
     # before the RUNNING that preceded it.
@@ -383,12 +456,14 @@ def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(tmp_pa
         with open(Folder().node_log(attempt, 0), "a") as log:
             log.write(text)
 
-    polls = iter([
-        # each poll: what happened since the one before, then the state it reads
-        (lambda: write(0, "attempt 0 line 1\n"), state("RUNNING", 1)),
-        (lambda: write(0, "attempt 0 line 2\n"), state("WAITING_FOR_RETRY", 1)),
-        (lambda: (write(0, "attempt 0 ends\n"), write(1, "attempt 1 line 1\n")), state("SUCCESS", 2)),
-    ])
+    polls = iter(
+        [
+            # each poll: what happened since the one before, then the state it reads
+            (lambda: write(0, "attempt 0 line 1\n"), state("RUNNING", 1)),
+            (lambda: write(0, "attempt 0 line 2\n"), state("WAITING_FOR_RETRY", 1)),
+            (lambda: (write(0, "attempt 0 ends\n"), write(1, "attempt 1 line 1\n")), state("SUCCESS", 2)),
+        ]
+    )
 
     last = state("SUCCESS", 2)
 
@@ -399,10 +474,21 @@ def test_a_follower_shows_running_before_the_lines_and_the_end_after_them(tmp_pa
 
     monkeypatch.setattr(logs, "load_run", load_run)
     run = SimpleNamespace(folder=Folder(), state=state("PENDING", 0))
-    shown = [item.status if item.type == "STATUS" else item.data.decode().strip()
-             for item in logs._follow(run, 0, None, None, None, True, 0.0)]
-    assert shown == ["PENDING", "RUNNING", "attempt 0 line 1", "attempt 0 line 2", "WAITING_FOR_RETRY",
-                     "attempt 0 ends", "RUNNING", "attempt 1 line 1", "SUCCESS"]
+    shown = [
+        item.status if item.type == "STATUS" else item.data.decode().strip()
+        for item in logs._follow(run, 0, None, None, None, True, 0.0)
+    ]
+    assert shown == [
+        "PENDING",
+        "RUNNING",
+        "attempt 0 line 1",
+        "attempt 0 line 2",
+        "WAITING_FOR_RETRY",
+        "attempt 0 ends",
+        "RUNNING",
+        "attempt 1 line 1",
+        "SUCCESS",
+    ]
 
 
 @pytest.mark.slow
@@ -421,7 +507,8 @@ def test_six_submissions_at_once_in_a_fresh_folder_all_succeed(tmp_path: Path) -
     import mlflow
 
     runs = mlflow.MlflowClient(environ["MLFLOW_TRACKING_URI"]).search_runs(
-        [e.experiment_id for e in mlflow.MlflowClient(environ["MLFLOW_TRACKING_URI"]).search_experiments()])
+        [e.experiment_id for e in mlflow.MlflowClient(environ["MLFLOW_TRACKING_URI"]).search_experiments()]
+    )
     assert len(runs) == 6 and {run.info.status for run in runs} == {"FINISHED"}
 
 
@@ -450,11 +537,13 @@ EOF
 
 @pytest.mark.slow
 def test_a_retried_workload_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    path = write_workload(tmp_path, command=RESUMING_COMMAND, max_retries=1,
-                          compute={"accelerator_type": "CPU", "num_accelerators": 1})
+    path = write_workload(
+        tmp_path, command=RESUMING_COMMAND, max_retries=1, compute={"accelerator_type": "CPU", "num_accelerators": 1}
+    )
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = air("run", "-f", str(path), "--watch", timeout=300,
-               env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": store})
+    done = air(
+        "run", "-f", str(path), "--watch", timeout=300, env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": store}
+    )
     assert done.returncode == 0, done.stderr
     assert "attempt starts at step None" in done.stdout and "attempt starts at step 4" in done.stdout
     assert "done: gained 20" in done.stdout  # 10 steps of +1 on 2 weights: none lost, none twice
@@ -464,7 +553,9 @@ def test_a_retried_workload_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     import mlflow
 
     client = mlflow.MlflowClient(store)
-    first, second = sorted(client.search_runs([e.experiment_id for e in client.search_experiments()]),
-                           key=lambda run: int(run.data.tags["databricks.air.workload.attempt"]))
+    first, second = sorted(
+        client.search_runs([e.experiment_id for e in client.search_experiments()]),
+        key=lambda run: int(run.data.tags["databricks.air.workload.attempt"]),
+    )
     assert second.data.tags["databricks.air.workload.previous_attempt_run_id"] == first.info.run_id
     assert first.data.tags["databricks.air.workload.next_attempt_run_id"] == second.info.run_id

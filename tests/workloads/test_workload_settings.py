@@ -13,17 +13,29 @@ from databricks.air import _settings, distributed
 from databricks.air.exceptions import RuntimeConfigurationError
 
 BAD = [
-    ("DATABRICKS_AIR_TERMINATE_GRACE_SECONDS", "abc",
-     "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS must be a number of seconds, not 'abc'; unset it for the default, 3 s"),
-    ("DATABRICKS_AIR_LOG_UPLOAD_SECONDS", "-1",
-     "DATABRICKS_AIR_LOG_UPLOAD_SECONDS must be a number of seconds above 0, not '-1'; unset it for the default, "
-     "30 s"),
-    ("DATABRICKS_AIR_SYSTEM_METRICS_SECONDS", "nan",
-     "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS must be a number of seconds above 0, not 'nan'; unset it for the "
-     "default, 10 s"),
-    ("DATABRICKS_AIR_MLFLOW", "flase",
-     "DATABRICKS_AIR_MLFLOW must be one of 1, true, yes, on (on) or 0, false, no, off (off), not 'flase'; unset it "
-     "for the default (on)"),
+    (
+        "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS",
+        "abc",
+        "DATABRICKS_AIR_TERMINATE_GRACE_SECONDS must be a number of seconds, not 'abc'; unset it for the default, 3 s",
+    ),
+    (
+        "DATABRICKS_AIR_LOG_UPLOAD_SECONDS",
+        "-1",
+        "DATABRICKS_AIR_LOG_UPLOAD_SECONDS must be a number of seconds above 0, not '-1'; unset it for the default, "
+        "30 s",
+    ),
+    (
+        "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS",
+        "nan",
+        "DATABRICKS_AIR_SYSTEM_METRICS_SECONDS must be a number of seconds above 0, not 'nan'; unset it for the "
+        "default, 10 s",
+    ),
+    (
+        "DATABRICKS_AIR_MLFLOW",
+        "flase",
+        "DATABRICKS_AIR_MLFLOW must be one of 1, true, yes, on (on) or 0, false, no, off (off), not 'flase'; unset it "
+        "for the default (on)",
+    ),
 ]
 
 
@@ -48,9 +60,13 @@ def test_a_bad_value_fails_the_same_way_in_the_decorator_and_in_air_run(
 
 
 def test_the_workload_timeout_override_is_read_as_the_others() -> None:
-    with pytest.raises(RuntimeConfigurationError, match=(
+    with pytest.raises(
+        RuntimeConfigurationError,
+        match=(
             "^DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS must be a number of seconds above 0, not '0'; unset it for the "
-            "workload's timeout_minutes$")):
+            "workload's timeout_minutes$"
+        ),
+    ):
         _settings.WORKLOAD_TIMEOUT_SECONDS.read({"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": "0"})
     assert _settings.WORKLOAD_TIMEOUT_SECONDS.read({"DATABRICKS_AIR_WORKLOAD_TIMEOUT_SECONDS": " 8 "}) == 8.0
     assert _settings.WORKLOAD_TIMEOUT_SECONDS.read({}) is None

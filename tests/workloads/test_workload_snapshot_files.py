@@ -56,8 +56,9 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def test_special_files_and_links_out_are_left_out_with_a_note_and_links_in_are_kept(project: Path,
-                                                                                    tmp_path: Path) -> None:
+def test_special_files_and_links_out_are_left_out_with_a_note_and_links_in_are_kept(
+    project: Path, tmp_path: Path
+) -> None:
     source = CodeSource(str(project))
     assert snapshot.survey(source) == [
         "code_source: special files left out of the snapshot (only regular files, folders and links are copied): "
@@ -66,8 +67,14 @@ def test_special_files_and_links_out_are_left_out_with_a_note_and_links_in_are_k
         f"not be in it): etc -> /etc, src/up -> {tmp_path}/outside.txt",
     ]
     taken = Path(snapshot.take(source, str(tmp_path / "code")))
-    assert _tree(taken) == ["absolute.py -> src/model.py", "alias.py -> train.py", "lib -> src", "src",
-                            "src/model.py", "train.py"]
+    assert _tree(taken) == [
+        "absolute.py -> src/model.py",
+        "alias.py -> train.py",
+        "lib -> src",
+        "src",
+        "src/model.py",
+        "train.py",
+    ]
     assert (taken / "absolute.py").read_text() == "SIZE = 1\n"  # it points into the snapshot, not at the original
 
 
@@ -105,8 +112,10 @@ def test_a_file_that_cannot_be_read_fails_before_the_run_is_recorded(tmp_path: P
     path = write_workload(tmp_path, code_source={"root_path": "proj"}, command="true")
     done = air("run", "-f", str(path))
     assert done.returncode == 2
-    assert done.stderr.strip() == ("Error: code_source: locked.py under root_path cannot be read (Permission denied): "
-                                   "make it readable, or leave it out (.gitignore or include_paths)")
+    assert done.stderr.strip() == (
+        "Error: code_source: locked.py under root_path cannot be read (Permission denied): "
+        "make it readable, or leave it out (.gitignore or include_paths)"
+    )
     _nothing_recorded()
 
 
@@ -116,12 +125,15 @@ def test_an_unreadable_file_is_named_before_anything_is_copied(tmp_path: Path, m
     (root / "src").mkdir(parents=True)
     (root / "src" / "locked.py").write_text("x")
     real_access = os.access
-    monkeypatch.setattr(snapshot.os, "access", lambda path, mode: not str(path).endswith("locked.py")
-                        and real_access(path, mode))
+    monkeypatch.setattr(
+        snapshot.os, "access", lambda path, mode: not str(path).endswith("locked.py") and real_access(path, mode)
+    )
     with pytest.raises(WorkloadFileError) as raised:
         snapshot.survey(CodeSource(str(root)))
-    assert str(raised.value) == ("code_source: src/locked.py under root_path cannot be read (Permission denied): "
-                                 "make it readable, or leave it out (.gitignore or include_paths)")
+    assert str(raised.value) == (
+        "code_source: src/locked.py under root_path cannot be read (Permission denied): "
+        "make it readable, or leave it out (.gitignore or include_paths)"
+    )
 
 
 # --- sparse and large files ------------------------------------------------------------------------------------------
@@ -143,7 +155,8 @@ def test_a_sparse_file_is_copied_sparsely_and_a_large_snapshot_is_named(tmp_path
     assert snapshot.survey(source) == [  # over the default 1 GiB
         "code_source: the snapshot is 1.0 GiB, copied into the run's folder for every run; the largest files: "
         "data.bin (1.0 GiB), train.py (12 bytes). Leave data out of it (.gitignore or include_paths) and read it "
-        "from where it is"]
+        "from where it is"
+    ]
     taken = Path(snapshot.take(source, str(tmp_path / "code")))
     copy = (taken / "data.bin").stat()
     assert copy.st_size == 1 << 30 and copy.st_blocks * 512 <= 1 << 20
@@ -182,7 +195,8 @@ def test_a_git_snapshot_leaves_out_links_out_of_root_path_with_a_note(tmp_path: 
     source = CodeSource(str(root), git=GitPin(branch="main"))
     assert snapshot.survey(source) == [
         "code_source: symbolic links left out of the snapshot, since they lead out of root_path (their targets would "
-        "not be in it): etc -> /etc, src/up -> ../../elsewhere"]
+        "not be in it): etc -> /etc, src/up -> ../../elsewhere"
+    ]
     taken = Path(snapshot.take(source, str(tmp_path / "code")))
     assert _tree(taken) == ["src", "src/a.py", "src/alias -> a.py"]
     with pytest.raises(WorkloadFileError) as raised:
@@ -193,14 +207,24 @@ def test_a_git_snapshot_leaves_out_links_out_of_root_path_with_a_note(tmp_path: 
 # --- secrets ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("content", "why"), [
-    (b"\xff\xfebinary", "is not UTF-8 text (byte 0 is 0xff), and a secret becomes an environment variable, which "
-     "holds text: store binary values encoded, e.g. base64 FILE | air secrets put team/token"),
-    (b"a\0b", "holds a NUL byte (at byte 1), which no environment variable can hold: store it encoded, e.g. base64 "
-     "FILE | air secrets put team/token"),
-])
-def test_a_secret_that_cannot_be_an_environment_variable_is_named_with_why(tmp_path: Path, content: bytes,
-                                                                            why: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (
+            b"\xff\xfebinary",
+            "is not UTF-8 text (byte 0 is 0xff), and a secret becomes an environment variable, which "
+            "holds text: store binary values encoded, e.g. base64 FILE | air secrets put team/token",
+        ),
+        (
+            b"a\0b",
+            "holds a NUL byte (at byte 1), which no environment variable can hold: store it encoded, e.g. base64 "
+            "FILE | air secrets put team/token",
+        ),
+    ],
+)
+def test_a_secret_that_cannot_be_an_environment_variable_is_named_with_why(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
     stored = Path(os.environ["DATABRICKS_AIR_HOME"]) / "secrets" / "team" / "token"
     stored.parent.mkdir(parents=True, mode=0o700)
     stored.write_bytes(content)
@@ -211,10 +235,13 @@ def test_a_secret_that_cannot_be_an_environment_variable_is_named_with_why(tmp_p
     _nothing_recorded()
 
 
-@pytest.mark.parametrize(("given", "why"), [
-    (b"\xff\xfebinary\n", "the value on stdin is not UTF-8 text (byte 0 is 0xff)"),
-    (b"a\0b", "the value on stdin holds a NUL byte (at byte 1)"),
-])
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (b"\xff\xfebinary\n", "the value on stdin is not UTF-8 text (byte 0 is 0xff)"),
+        (b"a\0b", "the value on stdin holds a NUL byte (at byte 1)"),
+    ],
+)
 @pytest.mark.slow
 def test_secrets_put_refuses_what_a_workload_could_not_use(given: bytes, why: str) -> None:
     done = subprocess.run([AIR, "secrets", "put", "team/token"], input=given, capture_output=True, timeout=60)

@@ -17,10 +17,21 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "work
 @pytest.mark.slow
 def test_the_torchrun_ddp_example_trains_on_two_cpu_ranks_and_logs_its_loss(mlflow_store: str) -> None:
     experiment = f"ddp-{uuid.uuid4().hex[:8]}"
-    done = air("run", "-f", str(EXAMPLE), "--watch", "-o", "json",
-               "--override", "compute.accelerator_type=CPU", "compute.num_accelerators=2", "parameters.steps=5",
-               f"experiment_name={experiment}",
-               env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store}, timeout=240)
+    done = air(
+        "run",
+        "-f",
+        str(EXAMPLE),
+        "--watch",
+        "-o",
+        "json",
+        "--override",
+        "compute.accelerator_type=CPU",
+        "compute.num_accelerators=2",
+        "parameters.steps=5",
+        f"experiment_name={experiment}",
+        env={"DATABRICKS_AIR_MLFLOW": "1", "MLFLOW_TRACKING_URI": mlflow_store},
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert envelope(done)["data"]["status"] == "SUCCESS"
     steps = [e["line"] for e in events(done) if e.get("type") == "LOG" and e["line"].startswith("step ")]

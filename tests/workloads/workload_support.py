@@ -30,15 +30,21 @@ def write_workload(folder: Path, name: str = "workload.yaml", **fields: Any) -> 
     return path
 
 
-def air(*args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120,
-        stdin: Optional[str] = None) -> subprocess.CompletedProcess:
+def air(
+    *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120, stdin: Optional[str] = None
+) -> subprocess.CompletedProcess:
     """The ``air`` console script, as a user runs it (text out); stacks of what hangs past ``timeout``."""
     with tempfile.TemporaryFile() as given:
         given.write((stdin or "").encode())
         given.seek(0)
-        done = run_or_show_stacks([AIR, *args], timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  stdin=given if stdin is not None else subprocess.DEVNULL,
-                                  env={**os.environ, **(env or {})})
+        done = run_or_show_stacks(
+            [AIR, *args],
+            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=given if stdin is not None else subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
     done.stdout = done.stdout.decode(errors="replace")
     done.stderr = done.stderr.decode(errors="replace")
     return done
@@ -93,8 +99,10 @@ def make_wheel(folder: Path, name: str, version: str, source: str) -> Path:
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()] + [f"{dist_info}/RECORD,,"]
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ] + [f"{dist_info}/RECORD,,"]
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     path = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:

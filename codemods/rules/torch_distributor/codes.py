@@ -30,7 +30,7 @@ NO_TIME_LIMIT = "AM218"
 
 DESCRIPTIONS: Dict[str, str] = {
     RANK_ZERO: "review: a used return value of TorchDistributor.run becomes fn.distributed(...)[0] (rank 0's value, "
-               "as before)",
+    "as before)",
     CPU: 'review: use_gpu=False becomes accelerator_type="CPU" (CPU ranks are an extension of this open runtime)',
     IMPORT: "TorchDistributor's import removed or replaced by `from databricks.air import distributed` (safe)",
     VARIABLE: "a distributor variable removed once its runs are rewritten (safe)",
@@ -38,15 +38,15 @@ DESCRIPTIONS: Dict[str, str] = {
     LOCAL_MODE: "blocking: local_mode=False (several nodes); @distributed(remote=True) on Ray is the counterpart",
     CONFIG: "blocking: a TorchDistributor setting that cannot be carried over (not a literal, unknown, *args)",
     TARGET: "blocking: run's target is not a module-level def of this file (a lambda, method, nested or imported "
-            "function...)",
+    "function...)",
     CONFIGURATIONS: "blocking: one function run in ways that cannot all be rewritten (two configurations)",
     FUNCTION_USED: "blocking: the function is also called or used elsewhere, which the decorator would break",
     DISTRIBUTOR_USED: "blocking: a distributor (or TorchDistributor itself) is used for more than its runs",
     DATAFRAME: "blocking: _train_on_dataframe (Spark-only) has no counterpart",
     DEEPSPEED: "blocking: DeepspeedTorchDistributor (camelCase settings) is migrated by hand",
     WRITEFILE: "blocking: a %%writefile cell or a magic line uses TorchDistributor (not read; a cell in another "
-               "language that mentions it is reported as manual)",
+    "language that mentions it is reported as manual)",
     NAME_CLASH: "blocking: `distributed` already names something else, so the decorator cannot be added",
     NO_TIME_LIMIT: "review: the new decorator says timeout=None, since TorchDistributor.run had no time limit "
-                   "(@distributed's default stops a call after 3 hours)",
+    "(@distributed's default stops a call after 3 hours)",
 }

@@ -123,13 +123,15 @@ def read_constructor(
     given, problems = _bind(call)
     local_mode = _boolean(given.get("local_mode"), True, "local_mode", problems)
     if local_mode is False:
-        problems.append(Problem(
-            LOCAL_MODE,
-            "local_mode=False runs the ranks on the Spark cluster's workers, several nodes: @distributed runs on this "
-            "node only; for several nodes use @distributed(remote=True, num_accelerators=N, accelerator_type=...) "
-            "on a Ray cluster (see the scaling guide), or keep TorchDistributor",
-            given["local_mode"],
-        ))
+        problems.append(
+            Problem(
+                LOCAL_MODE,
+                "local_mode=False runs the ranks on the Spark cluster's workers, several nodes: @distributed runs "
+                "on this node only; for several nodes use @distributed(remote=True, num_accelerators=N, "
+                "accelerator_type=...) on a Ray cluster (see the scaling guide), or keep TorchDistributor",
+                given["local_mode"],
+            )
+        )
     use_gpu = _boolean(given.get("use_gpu"), True, "use_gpu", problems)
     count_arg = given.get("num_processes")
     cpu_argument = next((arg for arg in call.args if given.get("use_gpu") is arg), None)
@@ -138,8 +140,16 @@ def read_constructor(
     if found == NAME_AT_MODULE_LEVEL:
         if problems or use_gpu is None:
             return Reading(None, problems)
-        return Reading(None, [], count_name=CountName(count_arg.value.value, count_arg, not use_gpu,  # type: ignore
-                                                      cpu_argument))
+        return Reading(
+            None,
+            [],
+            count_name=CountName(
+                count_arg.value.value,  # type: ignore[union-attr]
+                count_arg,  # type: ignore[arg-type]
+                not use_gpu,
+                cpu_argument,
+            ),
+        )
     if named:
         count = _named_count(found, count_arg, count_arg.value.value, use_gpu is False, problems)  # type: ignore
     else:
@@ -150,15 +160,19 @@ def read_constructor(
     return Reading(config, [], cpu_argument if config.cpu else None)
 
 
-def _named_count(
-    value: CountValue, arg: libcst.Arg, name: str, cpu: bool, problems: List[Problem]
-) -> Union[int, None]:
+def _named_count(value: CountValue, arg: libcst.Arg, name: str, cpu: bool, problems: List[Problem]) -> Union[int, None]:
     """The count a name holds: its integer, or :data:`ALL_GPUS` for ``torch.cuda.device_count()``."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value >= 1:
             return value
-        problems.append(Problem(CONFIG, f"num_processes={name}, and {name} is {value}, not a number of ranks "
-                                        "(TorchDistributor raises ValueError for it): write 1 or more", arg))
+        problems.append(
+            Problem(
+                CONFIG,
+                f"num_processes={name}, and {name} is {value}, not a number of ranks "
+                "(TorchDistributor raises ValueError for it): write 1 or more",
+                arg,
+            )
+        )
         return None
     if value == NAME_ALL_GPUS and not cpu:
         return ALL_GPUS
@@ -173,20 +187,38 @@ def _bind(call: libcst.Call) -> "tuple[dict, List[Problem]]":
     position = 0
     for arg in call.args:
         if arg.star:
-            problems.append(Problem(CONFIG, f"{arg.star}-arguments hide the distributor's settings, so they "
-                                            "cannot be carried over: write them out", arg))
+            problems.append(
+                Problem(
+                    CONFIG,
+                    f"{arg.star}-arguments hide the distributor's settings, so they "
+                    "cannot be carried over: write them out",
+                    arg,
+                )
+            )
         elif arg.keyword is None:
             if position < len(PARAMETERS):
                 given[PARAMETERS[position]] = arg
             else:
-                problems.append(Problem(CONFIG, "TorchDistributor takes three arguments by position (num_processes, "
-                                                "local_mode, use_gpu): this one is not carried over", arg))
+                problems.append(
+                    Problem(
+                        CONFIG,
+                        "TorchDistributor takes three arguments by position (num_processes, "
+                        "local_mode, use_gpu): this one is not carried over",
+                        arg,
+                    )
+                )
             position += 1
         elif arg.keyword.value in PARAMETERS:
             given[arg.keyword.value] = arg
         else:
-            problems.append(Problem(CONFIG, f"{arg.keyword.value}= has no counterpart on @distributed: remove it, "
-                                            "or migrate this distributor by hand", arg))
+            problems.append(
+                Problem(
+                    CONFIG,
+                    f"{arg.keyword.value}= has no counterpart on @distributed: remove it, "
+                    "or migrate this distributor by hand",
+                    arg,
+                )
+            )
     return given, problems
 
 
@@ -196,8 +228,13 @@ def _boolean(arg: Optional[libcst.Arg], default: bool, name: str, problems: List
     value = arg.value
     if isinstance(value, libcst.Name) and value.value in ("True", "False"):
         return value.value == "True"
-    problems.append(Problem(CONFIG, f"{name}= is not True or False as written, so air-migrate cannot tell what it "
-                                    f"runs on: write True or False", arg))
+    problems.append(
+        Problem(
+            CONFIG,
+            f"{name}= is not True or False as written, so air-migrate cannot tell what it runs on: write True or False",
+            arg,
+        )
+    )
     return None
 
 
@@ -214,8 +251,14 @@ def _count(
         count = int(value.evaluated_value)
         if count >= 1:
             return count
-        problems.append(Problem(CONFIG, f"num_processes={value.value} is not a number of ranks (TorchDistributor "
-                                        "raises ValueError for it): write 1 or more", arg))
+        problems.append(
+            Problem(
+                CONFIG,
+                f"num_processes={value.value} is not a number of ranks (TorchDistributor "
+                "raises ValueError for it): write 1 or more",
+                arg,
+            )
+        )
         return None
     if is_device_count(value) and not cpu:
         return ALL_GPUS
@@ -227,21 +270,35 @@ def _count(
 
 
 def _device_count_for_cpu(arg: libcst.Arg) -> Problem:
-    return Problem(CONFIG, "num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: "
-                           "write the number of CPU ranks", arg)
+    return Problem(
+        CONFIG,
+        "num_processes=torch.cuda.device_count() with use_gpu=False counts GPUs for CPU ranks: "
+        "write the number of CPU ranks",
+        arg,
+    )
 
 
 def _not_a_literal(arg: libcst.Arg, name: Optional[str]) -> Problem:
-    what = (f"num_processes={name}, and {name} is not bound to an integer literal or to torch.cuda.device_count() "
-            "(nor to the same one wherever it is bound)" if name else "num_processes is not an integer literal")
-    return Problem(CONFIG, f"{what}, so air-migrate cannot carry it over to @distributed(num_accelerators=...): "
-                           "write the number, or migrate by hand", arg)
+    what = (
+        f"num_processes={name}, and {name} is not bound to an integer literal or to torch.cuda.device_count() "
+        "(nor to the same one wherever it is bound)"
+        if name
+        else "num_processes is not an integer literal"
+    )
+    return Problem(
+        CONFIG,
+        f"{what}, so air-migrate cannot carry it over to @distributed(num_accelerators=...): "
+        "write the number, or migrate by hand",
+        arg,
+    )
 
 
 def script_problem(shown: str, bound: bool = False) -> str:
     """What to do about ``run(<a script's path>, ...)``: the torchrun form has no decorator form (``AM206``);
     ``bound``: ``shown`` is a name bound to the path."""
     what = f"runs the script {shown} holds (a path)" if bound else "runs a script"
-    return (f"run({shown}, ...) {what} with torchrun, which has no decorator form: move its training code into a "
-            "function, decorate it with @distributed(...) and call fn.distributed(...) (or keep TorchDistributor for "
-            "it)")
+    return (
+        f"run({shown}, ...) {what} with torchrun, which has no decorator form: move its training code into a "
+        "function, decorate it with @distributed(...) and call fn.distributed(...) (or keep TorchDistributor for "
+        "it)"
+    )

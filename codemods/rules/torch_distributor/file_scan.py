@@ -29,8 +29,14 @@ RESTARTS = "torch_distributor.restarts"
 """The scratch key of the restart points, a tuple of :data:`~air_migrate.rules.torch_distributor.facts.Where`."""
 RELEVANT = "torch_distributor.relevant"
 """The scratch key of the pattern that finds, in a cell's text, a word the rewrite can concern."""
-_ALWAYS_RELEVANT = ("TorchDistributor", "DeepspeedTorchDistributor", "pyspark", "distributed", "databricks",
-                    "serverless_gpu")
+_ALWAYS_RELEVANT = (
+    "TorchDistributor",
+    "DeepspeedTorchDistributor",
+    "pyspark",
+    "distributed",
+    "databricks",
+    "serverless_gpu",
+)
 _METHODS = ("run", "_train_on_dataframe")
 _RESTART = re.compile(
     r"^[ \t]*(?:# MAGIC[ \t]*)?(?:%pip\b|%restart_python\b|(?:dbutils\.library\.)?restartPython[ \t]*\()"
@@ -38,10 +44,32 @@ _RESTART = re.compile(
 _WRITEFILE = re.compile(r"^(?P<lead>[ \t]*(?:# MAGIC[ \t]*)?)%%(?:writefile|file)\b")
 _CELL_LANGUAGE = re.compile(r"^(?:# MAGIC[ \t]*)?%%?(?P<magic>[\w-]+)")
 """A magic (of a cell, a line, or a Databricks ``# MAGIC`` cell): what language the rest holds."""
-_OTHER_LANGUAGES = frozenset({
-    "sh", "bash", "sql", "md", "md-sandbox", "markdown", "scala", "r", "fs", "writefile", "file", "html",
-    "javascript", "js", "latex", "perl", "ruby", "svg", "pip", "conda", "run", "restart_python",
-})
+_OTHER_LANGUAGES = frozenset(
+    {
+        "sh",
+        "bash",
+        "sql",
+        "md",
+        "md-sandbox",
+        "markdown",
+        "scala",
+        "r",
+        "fs",
+        "writefile",
+        "file",
+        "html",
+        "javascript",
+        "js",
+        "latex",
+        "perl",
+        "ruby",
+        "svg",
+        "pip",
+        "conda",
+        "run",
+        "restart_python",
+    }
+)
 """Magics whose text cannot read the notebook's Python names (``%%writefile train.py`` names a file)."""
 
 
@@ -142,8 +170,14 @@ def relevant_words(texts: Sequence[str]) -> Set[str]:
             counts = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "num_processes")]
             words.update(count.id for count in counts if isinstance(count, ast.Name))
     for node in nodes:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _METHODS \
-                and _root(node.func.value) in words and node.args and isinstance(node.args[0], ast.Name):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _METHODS
+            and _root(node.func.value) in words
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+        ):
             words.add(node.args[0].id)
     return words
 
@@ -168,29 +202,48 @@ def _unread_mentions(text: Optional[str], masks: Dict[str, str], lines: List[str
         for magic in masks.values():
             if WORD in magic:
                 index = next(i for i, line in enumerate(lines, start=1) if magic in line)
-                yield Finding(code=WRITEFILE, line=index, column=lines[index - 1].index(magic) + 1,
-                              message="this magic line uses TorchDistributor, which air-migrate cannot rewrite inside "
-                              "a magic: write it as plain Python (without the magic), then run air-migrate again",
-                              severity=Severity.BLOCKING)
+                yield Finding(
+                    code=WRITEFILE,
+                    line=index,
+                    column=lines[index - 1].index(magic) + 1,
+                    message="this magic line uses TorchDistributor, which air-migrate cannot rewrite inside "
+                    "a magic: write it as plain Python (without the magic), then run air-migrate again",
+                    severity=Severity.BLOCKING,
+                )
         return
-    index, line = next(((i, line) for i, line in enumerate(lines, start=1)
-                        if line.strip() and not line.startswith("# DBTITLE")), (1, ""))
+    index, line = next(
+        ((i, line) for i, line in enumerate(lines, start=1) if line.strip() and not line.startswith("# DBTITLE")),
+        (1, ""),
+    )
     language = _CELL_LANGUAGE.match(line.strip())
     column = len(line) - len(line.lstrip()) + 1
     if _WRITEFILE.match(line):
-        yield Finding(code=WRITEFILE, line=index,
-                      column=_WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
-                      message="this %%writefile cell writes a script that uses TorchDistributor; scripts run with "
-                      "torchrun and have no decorator form, so air-migrate leaves it: move the training code into a "
-                      "function of this notebook decorated with @distributed(...), or migrate the script by hand",
-                      severity=Severity.BLOCKING)
+        yield Finding(
+            code=WRITEFILE,
+            line=index,
+            column=_WRITEFILE.match(line).end("lead") + 1,  # type: ignore[union-attr]
+            message="this %%writefile cell writes a script that uses TorchDistributor; scripts run with "
+            "torchrun and have no decorator form, so air-migrate leaves it: move the training code into a "
+            "function of this notebook decorated with @distributed(...), or migrate the script by hand",
+            severity=Severity.BLOCKING,
+        )
     elif language is not None and language.group("magic") in _OTHER_LANGUAGES:
         shown = re.sub(r"^# MAGIC[ \t]*", "", line.strip()).split()[0]
-        yield Finding(code=WRITEFILE, line=index, column=column,
-                      message=f"this {shown} cell mentions TorchDistributor; air-migrate does not read other "
-                      "languages: check it by hand", severity=Severity.MANUAL)
+        yield Finding(
+            code=WRITEFILE,
+            line=index,
+            column=column,
+            message=f"this {shown} cell mentions TorchDistributor; air-migrate does not read other "
+            "languages: check it by hand",
+            severity=Severity.MANUAL,
+        )
     else:
-        yield Finding(code=WRITEFILE, line=index, column=column,
-                      message="this cell mentions TorchDistributor but air-migrate cannot read it (a magic over "
-                      "several lines?), and the rest of the notebook cannot be migrated around it: write it as plain "
-                      "Python, then run air-migrate again", severity=Severity.BLOCKING)
+        yield Finding(
+            code=WRITEFILE,
+            line=index,
+            column=column,
+            message="this cell mentions TorchDistributor but air-migrate cannot read it (a magic over "
+            "several lines?), and the rest of the notebook cannot be migrated around it: write it as plain "
+            "Python, then run air-migrate again",
+            severity=Severity.BLOCKING,
+        )

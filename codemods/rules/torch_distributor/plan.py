@@ -210,9 +210,14 @@ class _Planner:
         if self.facts.bindings.get(var):
             return
         for use in self.facts.uses.get(var, []):
-            self.plan.note(use.node, DISTRIBUTOR_USED, "TorchDistributor is not imported in this file (a %run "
-                           "notebook or a cell air-migrate cannot read?), so it is left as it is: import it from "
-                           "pyspark.ml.torch.distributor here and run air-migrate again", severity=Severity.MANUAL)
+            self.plan.note(
+                use.node,
+                DISTRIBUTOR_USED,
+                "TorchDistributor is not imported in this file (a %run "
+                "notebook or a cell air-migrate cannot read?), so it is left as it is: import it from "
+                "pyspark.ml.torch.distributor here and run air-migrate again",
+                severity=Severity.MANUAL,
+            )
 
     def _read_construction(self, construction: Construction) -> None:
         pending = construction.reading.count_name
@@ -224,9 +229,13 @@ class _Planner:
         if method is not None:
             self._read_method(method, construction, None)
         elif construction.holder is None:
-            self.plan.note(construction.call, DISTRIBUTOR_USED, "this TorchDistributor is passed on or stored, "
-                           "not assigned to a variable nor run at once, so air-migrate cannot follow it: migrate "
-                           "it by hand")
+            self.plan.note(
+                construction.call,
+                DISTRIBUTOR_USED,
+                "this TorchDistributor is passed on or stored, "
+                "not assigned to a variable nor run at once, so air-migrate cannot follow it: migrate "
+                "it by hand",
+            )
 
     def _count_held(self, name: str, construction: Construction) -> CountValue:
         """What the module-level name ``name`` holds where ``construction`` reads it as its count: the value every
@@ -242,7 +251,8 @@ class _Planner:
             return None  # read when its function is called, after whichever binding ran last
         for binding in bindings:
             if binding.just_before(construction.where) and not any(
-                    binding.where < other.where < construction.where for other in bindings):
+                binding.where < other.where < construction.where for other in bindings
+            ):
                 return binding.count
         return None
 
@@ -250,23 +260,36 @@ class _Planner:
         owned = self._uses_by_construction(var)
         if owned is None:
             for use in self.facts.uses.get(var, []):
-                self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name} is bound more than once, or not only to a "
-                               "TorchDistributor, so air-migrate cannot tell which distributor runs here: migrate "
-                               "it by hand")
+                self.plan.note(
+                    use.node,
+                    DISTRIBUTOR_USED,
+                    f"{var.name} is bound more than once, or not only to a "
+                    "TorchDistributor, so air-migrate cannot tell which distributor runs here: migrate "
+                    "it by hand",
+                )
             return
         for construction, uses in owned:
             self.owned[construction] = uses
             if not uses and construction.assign is not None:
-                self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} = TorchDistributor(...) is never "
-                               "run in this file, so it is left as it is (and so is its import): remove it if nothing "
-                               "else uses it", severity=Severity.MANUAL)
+                self.plan.note(
+                    construction.assign,
+                    DISTRIBUTOR_USED,
+                    f"{var.name} = TorchDistributor(...) is never "
+                    "run in this file, so it is left as it is (and so is its import): remove it if nothing "
+                    "else uses it",
+                    severity=Severity.MANUAL,
+                )
             for use in uses:
                 if use.method is not None:
                     self._read_method(use.method, construction, var)
                 else:
-                    self.plan.note(use.node, DISTRIBUTOR_USED, f"{var.name}, a TorchDistributor, is used here for "
-                                   "more than its runs (passed on, copied or inspected), so it cannot be taken out: "
-                                   "migrate this use by hand")
+                    self.plan.note(
+                        use.node,
+                        DISTRIBUTOR_USED,
+                        f"{var.name}, a TorchDistributor, is used here for "
+                        "more than its runs (passed on, copied or inspected), so it cannot be taken out: "
+                        "migrate this use by hand",
+                    )
 
     def _uses_by_construction(self, var: Var) -> Optional[List[Tuple[Construction, List[Use]]]]:
         """Each distributor ``var`` is bound to, with the uses that read it; ``None`` when that cannot be told.
@@ -286,21 +309,29 @@ class _Planner:
             return _uses_just_after(bindings, uses)
         owned: List[Tuple[Construction, List[Use]]] = []
         for binding, following in zip(bindings, [*bindings[1:], None]):
-            mine = [use for use in uses if binding.where < use.where and (following is None
-                                                                           or use.where < following.where)]
+            mine = [
+                use for use in uses if binding.where < use.where and (following is None or use.where < following.where)
+            ]
             owned.append((binding.construction, mine))  # type: ignore[arg-type]
         return owned
 
     def _read_method(self, method: MethodCall, construction: Construction, var: Optional[Var]) -> None:
         if method.method == TRAIN_ON_DATAFRAME:
-            self.plan.note(method.call, DATAFRAME, "_train_on_dataframe trains on a Spark DataFrame across the "
-                           "cluster (local_mode=False), which has no @distributed counterpart: load the data inside "
-                           "a decorated function instead (see the data loading guide)")
+            self.plan.note(
+                method.call,
+                DATAFRAME,
+                "_train_on_dataframe trains on a Spark DataFrame across the "
+                "cluster (local_mode=False), which has no @distributed counterpart: load the data inside "
+                "a decorated function instead (see the data loading guide)",
+            )
         elif method.method == RUN:
             self.runs.append(_Run(method, construction, var))
         else:
-            self.plan.note(method.call, DISTRIBUTOR_USED, f"TorchDistributor.{method.method} has no @distributed "
-                           "counterpart: migrate it by hand")
+            self.plan.note(
+                method.call,
+                DISTRIBUTOR_USED,
+                f"TorchDistributor.{method.method} has no @distributed counterpart: migrate it by hand",
+            )
 
     # --- functions -----------------------------------------------------------------------------------------------
 
@@ -331,15 +362,21 @@ class _Planner:
         bindings = self.facts.bindings.get(var, [])
         name = var.name
         if not bindings:
-            return (f"{name} is not defined in this file (a %run notebook, or a cell air-migrate cannot read?): "
-                    "the decorator goes on its def, so migrate where it is defined"), None
+            return (
+                f"{name} is not defined in this file (a %run notebook, or a cell air-migrate cannot read?): "
+                "the decorator goes on its def, so migrate where it is defined"
+            ), None
         if len(bindings) > 1:
-            return (f"{name} is bound more than once in this file, so air-migrate cannot tell which function "
-                    "runs: keep one def"), None
+            return (
+                f"{name} is bound more than once in this file, so air-migrate cannot tell which function "
+                "runs: keep one def"
+            ), None
         binding = bindings[0]
         if binding.kind == IMPORT:
-            return (f"{name} is imported ({binding.imported}): decorate it where it is defined, or call it from a "
-                    "module-level def here and run that"), None
+            return (
+                f"{name} is imported ({binding.imported}): decorate it where it is defined, or call it from a "
+                "module-level def here and run that"
+            ), None
         if binding.kind == CLASS:
             return f"{name} is a class, not a function: run a module-level def that uses it", None
         if binding.kind != DEF:
@@ -367,34 +404,53 @@ class _Planner:
             if use.target_of in run_calls:
                 continue
             if use.called:
-                message = (f"{name} is also called directly here: once decorated, {name}(...) raises; call "
-                           f"{name}.func(...) to run the plain function, then run air-migrate again")
+                message = (
+                    f"{name} is also called directly here: once decorated, {name}(...) raises; call "
+                    f"{name}.func(...) to run the plain function, then run air-migrate again"
+                )
             else:
-                message = (f"{name} is also used here, not only run by TorchDistributor: once decorated it is no "
-                           f"longer a plain function; use {name}.func for that, then run air-migrate again")
+                message = (
+                    f"{name} is also used here, not only run by TorchDistributor: once decorated it is no "
+                    f"longer a plain function; use {name}.func for that, then run air-migrate again"
+                )
             self.plan.note(use.node, FUNCTION_USED, message)
             _block(runs)
         definition = next((run.definition for run in runs if run.definition is not None), None)
         if definition is not None and _mentions(self.facts.unparsed, name):
             defined = definition.node
             assert isinstance(defined, libcst.FunctionDef)
-            self.plan.note(defined.name, FUNCTION_USED, f"{name} also appears in a cell or magic air-migrate cannot "
-                           "read, where the decorator could break it: check it, then migrate by hand")
+            self.plan.note(
+                defined.name,
+                FUNCTION_USED,
+                f"{name} also appears in a cell or magic air-migrate cannot "
+                "read, where the decorator could break it: check it, then migrate by hand",
+            )
             _block(runs)
-        configs = {run.construction.reading.config for run in runs
-                   if run.construction is not None and run.construction.reading.config is not None}
+        configs = {
+            run.construction.reading.config
+            for run in runs
+            if run.construction is not None and run.construction.reading.config is not None
+        }
         if len(configs) > 1:
             shown = " and ".join(sorted(f"@distributed({config.settings()})" for config in configs))
             for run in runs:
-                self.plan.note(run.method.call, CONFIGURATIONS, f"{name} is run with different settings ({shown}), "
-                               "and one decorator cannot give both: define one function per setting")
+                self.plan.note(
+                    run.method.call,
+                    CONFIGURATIONS,
+                    f"{name} is run with different settings ({shown}), "
+                    "and one decorator cannot give both: define one function per setting",
+                )
             _block(runs)
         elif any(run.blocked for run in runs):
             for run in runs:
                 if not run.blocked:
-                    self.plan.note(run.method.call, CONFIGURATIONS, f"{name} is also run where it cannot be "
-                                   "rewritten, and a decorated function cannot be run by TorchDistributor: this run "
-                                   "is left as it is too")
+                    self.plan.note(
+                        run.method.call,
+                        CONFIGURATIONS,
+                        f"{name} is also run where it cannot be "
+                        "rewritten, and a decorated function cannot be run by TorchDistributor: this run "
+                        "is left as it is too",
+                    )
             _block(runs)
 
     def _launcher(self, converted: Dict[Var, List[_Run]], removable: Set[Construction]) -> Optional[_Launcher]:
@@ -405,13 +461,20 @@ class _Planner:
         reusable = self._reusable_launchers()
         if reusable:
             return reusable[0]
-        clashes = [b for b in self.facts.bindings.get(Var(DECORATOR), [])
-                   if not _is_launcher(b) and b.construction not in removable]
+        clashes = [
+            b
+            for b in self.facts.bindings.get(Var(DECORATOR), [])
+            if not _is_launcher(b) and b.construction not in removable
+        ]
         for binding in clashes:
-            self.plan.note(binding.node, NAME_CLASH, f"`{DECORATOR}` is bound here to something else, and the "
-                           "rewrite of TorchDistributor needs it for @distributed: bind that to another name (e.g. "
-                           "`import torch.distributed as dist`), or add `from databricks.air import distributed as "
-                           "air_distributed` above the functions, then run air-migrate again")
+            self.plan.note(
+                binding.node,
+                NAME_CLASH,
+                f"`{DECORATOR}` is bound here to something else, and the "
+                "rewrite of TorchDistributor needs it for @distributed: bind that to another name (e.g. "
+                "`import torch.distributed as dist`), or add `from databricks.air import distributed as "
+                "air_distributed` above the functions, then run air-migrate again",
+            )
         return None if clashes else _Launcher(DECORATOR, f"from {NEW_MODULE} import {DECORATOR}", ())
 
     def _reusable_launchers(self) -> List[_Launcher]:
@@ -457,28 +520,42 @@ class _Planner:
 
     def _removable(self, converted: Dict[Var, List[_Run]]) -> Set[Construction]:
         """The distributors that go with their runs: those no cell or magic air-migrate cannot read mentions."""
-        return {construction for construction in self._consumed_by_runs(converted)
-                if not _mentions(self.facts.unparsed, construction.holder.name)}  # type: ignore[union-attr]
+        return {
+            construction
+            for construction in self._consumed_by_runs(converted)
+            if not _mentions(self.facts.unparsed, construction.holder.name)  # type: ignore[union-attr]
+        }
 
     def _remove_variables(self, converted: Dict[Var, List[_Run]], removable: Set[Construction]) -> Set[Construction]:
         """Take out each distributor variable whose every use was rewritten; return the constructions that go."""
-        consumed = {run.construction for runs in converted.values() for run in runs
-                    if run.var is None and run.construction is not None}
+        consumed = {
+            run.construction
+            for runs in converted.values()
+            for run in runs
+            if run.var is None and run.construction is not None
+        }
         for construction in self._consumed_by_runs(converted):
             var = construction.holder
             assert var is not None and construction.assign is not None
             uses = self.owned[construction]
             if construction not in removable:
-                self.plan.note(construction.assign, DISTRIBUTOR_USED, f"{var.name} also appears in a cell or magic "
-                               "air-migrate cannot read, so it is left as it is (and so is its import): remove it "
-                               "if nothing there uses it", severity=Severity.MANUAL)
+                self.plan.note(
+                    construction.assign,
+                    DISTRIBUTOR_USED,
+                    f"{var.name} also appears in a cell or magic "
+                    "air-migrate cannot read, so it is left as it is (and so is its import): remove it "
+                    "if nothing there uses it",
+                    severity=Severity.MANUAL,
+                )
                 continue
             self.plan.removed[construction.assign] = var.name
             consumed.add(construction)
             statement = construction.statement
             alone = statement is not None and len(statement.body) == 1  # the line goes, its comment too
-            functions = sorted({self.decorated[use.method.call] for use in uses if use.method is not None},
-                               key=lambda function: self.where_defined[function])
+            functions = sorted(
+                {self.decorated[use.method.call] for use in uses if use.method is not None},
+                key=lambda function: self.where_defined[function],
+            )
             comments = comments_in(construction.assign)
             if alone:
                 comments += comments_in(statement.trailing_whitespace)  # type: ignore[union-attr]
@@ -505,8 +582,10 @@ class _Planner:
     def _place_imports(self, converted: Dict[Var, List[_Run]], launcher: _Launcher) -> None:
         """Make the decorator's name bound at every decorated function: after the last restart before it."""
         available = [binding.where for binding in launcher.bindings]
-        definitions = sorted((runs[0].definition for runs in converted.values() if runs[0].definition is not None),
-                             key=lambda binding: binding.where)
+        definitions = sorted(
+            (runs[0].definition for runs in converted.values() if runs[0].definition is not None),
+            key=lambda binding: binding.where,
+        )
         for definition in definitions:
             if not any(self._in_effect(where, definition.where) for where in available):
                 available.append(self._import_for(definition, launcher))
@@ -521,8 +600,7 @@ class _Planner:
                     return binding.where
         for binding in self._torch_distributor_imports():
             edit = self.plan.imports.get(binding.node, ImportEdit())
-            if edit.replacement is None and edit.add_after is None and self._in_effect(binding.where,
-                                                                                       definition.where):
+            if edit.replacement is None and edit.add_after is None and self._in_effect(binding.where, definition.where):
                 if len(edit.drop) == len(_aliases(binding.node)):
                     edit.replacement = launcher.statement
                 else:
@@ -538,8 +616,13 @@ class _Planner:
         """The module-level imports of TorchDistributor (or its module), in file order: the new import goes next to
         one of them, in its place when it goes."""
         return sorted(
-            (binding for var, bindings in self.facts.bindings.items() if var.scope is None
-             for binding in bindings if _imports_torch_distributor(binding) and not binding.guarded),
+            (
+                binding
+                for var, bindings in self.facts.bindings.items()
+                if var.scope is None
+                for binding in bindings
+                if _imports_torch_distributor(binding) and not binding.guarded
+            ),
             key=lambda binding: binding.where,
         )
 
@@ -549,8 +632,13 @@ class _Planner:
         for var, bindings in self.facts.bindings.items():
             for binding in bindings:
                 module = (binding.imported or "").rsplit(".", 1)[0]
-                if var.scope is None and binding.kind == IMPORT and isinstance(binding.node, libcst.ImportFrom) \
-                        and module == NEW_MODULE and not binding.guarded:
+                if (
+                    var.scope is None
+                    and binding.kind == IMPORT
+                    and isinstance(binding.node, libcst.ImportFrom)
+                    and module == NEW_MODULE
+                    and not binding.guarded
+                ):
                     found.setdefault(binding.node, binding)
         return sorted(found.values(), key=lambda binding: binding.where)
 
@@ -559,8 +647,9 @@ class _Planner:
         return where < at and not any(where < restart < at for restart in self.facts.restarts)
 
 
-def _uses_just_after(bindings: Sequence[Binding], uses: Sequence[Use]) -> Optional[List[Tuple[Construction,
-                                                                                                List[Use]]]]:
+def _uses_just_after(
+    bindings: Sequence[Binding], uses: Sequence[Use]
+) -> Optional[List[Tuple[Construction, List[Use]]]]:
     """Each binding with the uses in the statement just after it, when every use is in one and no other binding
     lies there (``d = TorchDistributor(2)`` then ``d.run(f)`` in an ``if __name__ == "__main__":`` block, and
     again in a ``try:`` block); ``None`` otherwise."""

@@ -98,8 +98,9 @@ class TorchDistributorRule(Rule):
             return  # the file never mentions TorchDistributor
         facts = file.get(_FACTS)
         if facts is None:
-            facts = file[_FACTS] = FileFacts(restarts=file[RESTARTS],
-                                             unparsed=may_read_python_names(self.context.unparsed))
+            facts = file[_FACTS] = FileFacts(
+                restarts=file[RESTARTS], unparsed=may_read_python_names(self.context.unparsed)
+            )
         text = self.context.text or module.code
         own_text = text.split("\n", self.context.prefix_lines)[-1] if self.context.prefix_lines else text
         if file[RELEVANT].search(own_text):  # else the cell reads and binds none of the names that matter
@@ -125,10 +126,16 @@ class TorchDistributorRule(Rule):
             functions = self._plan.cpu.get(node)  # type: ignore[call-overload]
             if functions is not None:
                 assert isinstance(node, libcst.Arg)
-                self._add(node, CPU, f'use_gpu=False -> accelerator_type="CPU" on the decorator of {functions}: CPU '
-                          "ranks (over gloo) are an extension of this open runtime; on Databricks, drop it to run "
-                          "on the GPUs", _source(self.module, node.with_changes(comma=libcst.MaybeSentinel.DEFAULT)),
-                          'accelerator_type="CPU"', severity=Severity.REVIEW)
+                self._add(
+                    node,
+                    CPU,
+                    f'use_gpu=False -> accelerator_type="CPU" on the decorator of {functions}: CPU '
+                    "ranks (over gloo) are an extension of this open runtime; on Databricks, drop it to run "
+                    "on the GPUs",
+                    _source(self.module, node.with_changes(comma=libcst.MaybeSentinel.DEFAULT)),
+                    'accelerator_type="CPU"',
+                    severity=Severity.REVIEW,
+                )
         return wanted
 
     def on_leave(  # type: ignore[override]  # (libcst types it as giving the node's own type: leave_* may not)
@@ -157,12 +164,19 @@ class TorchDistributorRule(Rule):
             self.report(original_node, f"{old} -> {new}", after=call)
             return call
         indexed = libcst.Subscript(
-            call.with_changes(lpar=(), rpar=()), [libcst.SubscriptElement(libcst.Index(libcst.Integer("0")))],
-            lpar=call.lpar, rpar=call.rpar,
+            call.with_changes(lpar=(), rpar=()),
+            [libcst.SubscriptElement(libcst.Index(libcst.Integer("0")))],
+            lpar=call.lpar,
+            rpar=call.rpar,
         )
-        self.report(original_node, f"{old} -> {new}[0]: run returned rank 0's value, .distributed() returns every "
-                    "rank's in rank order, so [0] keeps it; check the code that uses it", severity=Severity.REVIEW,
-                    code=RANK_ZERO, after=indexed)
+        self.report(
+            original_node,
+            f"{old} -> {new}[0]: run returned rank 0's value, .distributed() returns every "
+            "rank's in rank order, so [0] keeps it; check the code that uses it",
+            severity=Severity.REVIEW,
+            code=RANK_ZERO,
+            after=indexed,
+        )
         return indexed
 
     def leave_FunctionDef(self, original_node: libcst.FunctionDef, updated_node: libcst.FunctionDef) -> _STATEMENT_LEFT:
@@ -173,27 +187,48 @@ class TorchDistributorRule(Rule):
         name = original_node.name.value
         comments = self._plan.comments.get(original_node, []) if self._plan is not None else []
         moved = "".join(f"{comment}\n" for comment in comments)
-        self._add(first, RUN, f"@{decorator} added to {name}, which TorchDistributor ran" + (
-            ", below the comments of the TorchDistributor(...) it replaces" if comments else ""), "",
-            f"{moved}@{decorator}", at_start=True)
-        self._add(first, NO_TIME_LIMIT, f"timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
-                  f"it, @distributed stops a call after 3 hours (timeout=10800 s) and raises "
-                  f"LocalExecutionTimeoutError; to cap {name}, write timeout=SECONDS, the longest run you expect with "
-                  f"a margin", None, None, severity=Severity.REVIEW, at_start=True)
+        self._add(
+            first,
+            RUN,
+            f"@{decorator} added to {name}, which TorchDistributor ran"
+            + (", below the comments of the TorchDistributor(...) it replaces" if comments else ""),
+            "",
+            f"{moved}@{decorator}",
+            at_start=True,
+        )
+        self._add(
+            first,
+            NO_TIME_LIMIT,
+            f"timeout=None keeps TorchDistributor.run's behaviour: no time limit. Without "
+            f"it, @distributed stops a call after 3 hours (timeout=10800 s) and raises "
+            f"LocalExecutionTimeoutError; to cap {name}, write timeout=SECONDS, the longest run you expect with "
+            f"a margin",
+            None,
+            None,
+            severity=Severity.REVIEW,
+            at_start=True,
+        )
         new = libcst.Decorator(libcst.parse_expression(decorator), leading_lines=comment_lines(comments))
         function = updated_node.with_changes(decorators=[new, *updated_node.decorators])
         statement = self._plan.before.get(original_node) if self._plan is not None else None
         if statement is None:
             return function
-        self._add(first, IMPORT, f"{statement} added above {original_node.name.value}, for its decorator", "",
-                  statement, at_start=True)
+        self._add(
+            first,
+            IMPORT,
+            f"{statement} added above {original_node.name.value}, for its decorator",
+            "",
+            statement,
+            at_start=True,
+        )
         new_import = libcst.parse_statement(statement + "\n")
         if self._follows_import(original_node):  # it joins those imports, the function keeps its spacing
             return libcst.FlattenSentinel([new_import, function])
         blank, rest = _split_blank_lines(function.leading_lines)
         spacing = blank or [libcst.EmptyLine()] * (2 if isinstance(self.ancestors[-2], libcst.Module) else 1)
-        return libcst.FlattenSentinel([new_import.with_changes(leading_lines=blank),
-                                       function.with_changes(leading_lines=[*spacing, *rest])])
+        return libcst.FlattenSentinel(
+            [new_import.with_changes(leading_lines=blank), function.with_changes(leading_lines=[*spacing, *rest])]
+        )
 
     def leave_Import(self, original_node: libcst.Import, updated_node: libcst.Import) -> libcst.BaseSmallStatement:
         return self._edit_import(original_node, updated_node)
@@ -209,8 +244,12 @@ class TorchDistributorRule(Rule):
         if self._plan is None:
             return updated_node
         gone = [index for index, small in enumerate(original_node.body) if self._goes(small)]
-        added = [edit.add_after for small in original_node.body
-                 for edit in [self._plan.imports.get(small)] if edit is not None and edit.add_after]
+        added = [
+            edit.add_after
+            for small in original_node.body
+            for edit in [self._plan.imports.get(small)]
+            if edit is not None and edit.add_after
+        ]
         for index in gone:
             self._report_removal(original_node.body[index])
         if len(gone) == len(original_node.body):
@@ -271,8 +310,12 @@ class TorchDistributorRule(Rule):
         assert self._plan is not None
         name = self._plan.removed.get(small)  # type: ignore[call-overload]
         if name is not None:
-            self.report(small, f"{name} = TorchDistributor(...) removed: every run of {name} was rewritten",
-                        code=VARIABLE, after="")
+            self.report(
+                small,
+                f"{name} = TorchDistributor(...) removed: every run of {name} was rewritten",
+                code=VARIABLE,
+                after="",
+            )
         else:
             self.report(small, "import removed: nothing uses TorchDistributor any more", code=IMPORT, after="")
 
@@ -338,27 +381,41 @@ class TorchDistributorRule(Rule):
             dropped = [index for index, alias in enumerate(_aliases(original)) if alias in edit.drop]
             new = updated.with_changes(names=_without(list(_aliases(updated)), dropped))
             shown = ", ".join(self.module.code_for_node(_aliases(original)[index].name) for index in dropped)
-            self.report(original, f"{shown} removed from the import: nothing uses it any more", code=IMPORT,
-                        after=new)
+            self.report(original, f"{shown} removed from the import: nothing uses it any more", code=IMPORT, after=new)
         if edit.add_name is not None and isinstance(new, libcst.ImportFrom):
             new = new.with_changes(names=_with_name(list(_aliases(new)), edit.add_name))
-            self.report(original, f"{edit.add_name} added to the import, for @{edit.add_name}", code=IMPORT,
-                        after=new)
+            self.report(original, f"{edit.add_name} added to the import, for @{edit.add_name}", code=IMPORT, after=new)
         if edit.add_after is not None:
             self._add(original, IMPORT, f"{edit.add_after} added after this import", "", edit.add_after)
         return new
 
     def _add(
-        self, node: libcst.CSTNode, code: str, message: str, before: Optional[str], after: Optional[str],
-        severity: Severity = Severity.CHANGE, at_start: bool = False,
+        self,
+        node: libcst.CSTNode,
+        code: str,
+        message: str,
+        before: Optional[str],
+        after: Optional[str],
+        severity: Severity = Severity.CHANGE,
+        at_start: bool = False,
     ) -> None:
         """Report a change whose before/after is not the node's own source (an insertion, or part of a node); with
         neither, a word about a change reported on its own."""
         where = self.get_metadata(PositionProvider, node)
         end = where.start if at_start else where.end
-        self.findings.append(Finding(code=code, line=where.start.line, column=where.start.column + 1, message=message,
-                                     severity=severity, end_line=end.line, end_column=end.column + 1, before=before,
-                                     after=after))
+        self.findings.append(
+            Finding(
+                code=code,
+                line=where.start.line,
+                column=where.start.column + 1,
+                message=message,
+                severity=severity,
+                end_line=end.line,
+                end_column=end.column + 1,
+                before=before,
+                after=after,
+            )
+        )
 
 
 @dataclasses.dataclass
@@ -412,10 +469,15 @@ def _whitespace_before_rest(call: libcst.Call) -> libcst.BaseParenthesizableWhit
     if not _has_comment(before):
         return after
     assert isinstance(before, libcst.ParenthesizedWhitespace) and isinstance(after, libcst.ParenthesizedWhitespace)
-    moved = libcst.EmptyLine(indent=after.indent, whitespace=after.last_line, comment=after.first_line.comment,
-                             newline=after.first_line.newline)
-    return before.with_changes(empty_lines=[*before.empty_lines, moved, *after.empty_lines], indent=after.indent,
-                               last_line=after.last_line)
+    moved = libcst.EmptyLine(
+        indent=after.indent,
+        whitespace=after.last_line,
+        comment=after.first_line.comment,
+        newline=after.first_line.newline,
+    )
+    return before.with_changes(
+        empty_lines=[*before.empty_lines, moved, *after.empty_lines], indent=after.indent, last_line=after.last_line
+    )
 
 
 def _has_comment(whitespace: libcst.BaseParenthesizableWhitespace) -> bool:

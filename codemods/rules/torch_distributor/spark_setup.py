@@ -53,8 +53,11 @@ class SparkSetupRule(Rule):
     def scan_file(cls, source: SourceFile) -> Optional[FileScan]:
         if not uses_torch_distributor(source):
             return None  # nothing to migrate (at most an unused import): the Spark code is no item of ours
-        wanted = frozenset(cell.number for cell in source.cells if cell.text is not None and any(
-            word in cell.text for word in ("getOrCreate", ".conf", ".builder")))
+        wanted = frozenset(
+            cell.number
+            for cell in source.cells
+            if cell.text is not None and any(word in cell.text for word in ("getOrCreate", ".conf", ".builder"))
+        )
         return FileScan(wanted, scratch={_ACTIVE: True})
 
     def __init__(self, context: Optional[CellContext] = None) -> None:
@@ -68,13 +71,14 @@ class SparkSetupRule(Rule):
         if ".builder" in (self.context.text or module.code):
             module.visit(_BuilderAssignments(self))
         sessions: Set[str] = self.context.file.setdefault(_SESSIONS, set())
-        for statement in module.body[len(self.context.prefix):]:
+        for statement in module.body[len(self.context.prefix) :]:
             if not isinstance(statement, libcst.SimpleStatementLine):
                 continue
             for small in statement.body:
                 if isinstance(small, libcst.Assign) and self._builds_session(small.value):
-                    sessions.update(target.target.value for target in small.targets
-                                    if isinstance(target.target, libcst.Name))
+                    sessions.update(
+                        target.target.value for target in small.targets if isinstance(target.target, libcst.Name)
+                    )
 
     def record_builder(self, target: libcst.Name) -> None:
         """``target = <a session builder>``, met in the order the cell is written."""
@@ -90,18 +94,30 @@ class SparkSetupRule(Rule):
         if not self.context.file.get(_ACTIVE):
             return
         if self._builds_session(node):
-            self.report(node, "Spark session setup: @distributed needs no Spark session, so this is only needed if "
-                        "other code here uses Spark; it is left as it is: remove it if nothing else does",
-                        severity=Severity.MANUAL, lasting=True)
+            self.report(
+                node,
+                "Spark session setup: @distributed needs no Spark session, so this is only needed if "
+                "other code here uses Spark; it is left as it is: remove it if nothing else does",
+                severity=Severity.MANUAL,
+                lasting=True,
+            )
         elif self._sets_conf(node):
-            self.report(node, "Spark configuration: it configures the Spark session TorchDistributor ran on, which "
-                        "@distributed does not use; it is left as it is: remove it if nothing else here uses Spark",
-                        severity=Severity.MANUAL, lasting=True)
+            self.report(
+                node,
+                "Spark configuration: it configures the Spark session TorchDistributor ran on, which "
+                "@distributed does not use; it is left as it is: remove it if nothing else here uses Spark",
+                severity=Severity.MANUAL,
+                lasting=True,
+            )
 
     def _builds_session(self, node: libcst.BaseExpression) -> bool:
         """``SparkSession.builder[...].getOrCreate()``, or ``builder[...].getOrCreate()`` on a builder variable."""
-        return (isinstance(node, libcst.Call) and isinstance(node.func, libcst.Attribute)
-                and node.func.attr.value == "getOrCreate" and self.is_builder(node.func.value))
+        return (
+            isinstance(node, libcst.Call)
+            and isinstance(node.func, libcst.Attribute)
+            and node.func.attr.value == "getOrCreate"
+            and self.is_builder(node.func.value)
+        )
 
     def is_builder(self, node: libcst.BaseExpression) -> bool:
         """``SparkSession.builder``, or a variable holding a builder, with any calls and attributes after it."""
@@ -133,9 +149,13 @@ class SparkSetupRule(Rule):
     def _sets_conf(self, node: libcst.Call) -> bool:
         """``session.conf.set(...)`` on Databricks' ``spark`` or on a session this file builds."""
         func = node.func
-        if not (isinstance(func, libcst.Attribute) and func.attr.value == "set"
-                and isinstance(func.value, libcst.Attribute) and func.value.attr.value == "conf"
-                and isinstance(func.value.value, libcst.Name)):
+        if not (
+            isinstance(func, libcst.Attribute)
+            and func.attr.value == "set"
+            and isinstance(func.value, libcst.Attribute)
+            and func.value.attr.value == "conf"
+            and isinstance(func.value.value, libcst.Name)
+        ):
             return False
         name = func.value.value
         if name.value in self.context.file.get(_SESSIONS, ()):
@@ -158,8 +178,11 @@ class _BuilderAssignments(libcst.CSTVisitor):
         self._rule = rule
 
     def visit_Assign(self, node: libcst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, libcst.Name) \
-                and self._rule.is_builder(node.value):
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, libcst.Name)
+            and self._rule.is_builder(node.value)
+        ):
             self._rule.record_builder(node.targets[0].target)
 
     def visit_AnnAssign(self, node: libcst.AnnAssign) -> None:

@@ -135,11 +135,16 @@ class CellSurvey:
         parent = self._parent(node)
         constructed = isinstance(parent, libcst.Call) and parent.func is node
         if len(names) > 1:
-            self._refer(node, DISTRIBUTOR_USED, f"{shown} is bound to more than one thing here, so air-migrate cannot "
-                                                "tell whether it is pyspark's TorchDistributor: migrate it by hand")
+            self._refer(
+                node,
+                DISTRIBUTOR_USED,
+                f"{shown} is bound to more than one thing here, so air-migrate cannot "
+                "tell whether it is pyspark's TorchDistributor: migrate it by hand",
+            )
         elif DEEPSPEED_DISTRIBUTOR in names:
             self._refer(
-                parent if constructed and parent is not None else node, DEEPSPEED,
+                parent if constructed and parent is not None else node,
+                DEEPSPEED,
                 f"{shown} is not rewritten: decorate the training function with @distributed(num_accelerators=N) "
                 "(numGpus ranks on this node) and call deepspeed.initialize(..., config=...) inside it with the "
                 "deepspeedConfig; nnodes > 1 needs remote=True on Ray",
@@ -147,19 +152,35 @@ class CellSurvey:
         elif constructed:
             assert isinstance(parent, libcst.Call)
             self._survey_construction(parent)
-        elif isinstance(parent, libcst.Arg) and parent.value is node and parent.keyword is None \
-                and isinstance(self._parent(parent), libcst.ClassDef):
+        elif (
+            isinstance(parent, libcst.Arg)
+            and parent.value is node
+            and parent.keyword is None
+            and isinstance(self._parent(parent), libcst.ClassDef)
+        ):
             subclass = self._parent(parent).name.value  # type: ignore[union-attr]
-            self._refer(node, DISTRIBUTOR_USED, f"{subclass} subclasses {shown}: a class definition is not a run, so "
-                        f"it is left as it is (and so is the import it needs); runs of {subclass} are not rewritten",
-                        severity=Severity.INFO)
+            self._refer(
+                node,
+                DISTRIBUTOR_USED,
+                f"{subclass} subclasses {shown}: a class definition is not a run, so "
+                f"it is left as it is (and so is the import it needs); runs of {subclass} are not rewritten",
+                severity=Severity.INFO,
+            )
         else:
-            self._refer(node, DISTRIBUTOR_USED, f"{shown} is used here other than as {shown}(...).run(fn, ...), "
-                                                "which air-migrate cannot rewrite: migrate it by hand")
+            self._refer(
+                node,
+                DISTRIBUTOR_USED,
+                f"{shown} is used here other than as {shown}(...).run(fn, ...), "
+                "which air-migrate cannot rewrite: migrate it by hand",
+            )
 
     def _survey_construction(self, call: libcst.Call) -> None:
-        construction = Construction(call, read_constructor(call, self._is_device_count, self._read_count_name),
-                                    where=self._where(call), deferred=self._in_function(call))
+        construction = Construction(
+            call,
+            read_constructor(call, self._is_device_count, self._read_count_name),
+            where=self._where(call),
+            deferred=self._in_function(call),
+        )
         self._constructions[call.func] = construction
         self._facts.constructions.append(construction)
         parent = self._parent(call)
@@ -232,8 +253,11 @@ class CellSurvey:
         last = body[index + 1] if index + 1 < len(body) else line
         start = self._rule.get_metadata(PositionProvider, small).end
         end = self._rule.get_metadata(PositionProvider, last).end
-        return (self._cell, start.line - self._skip, start.column + 1), (self._cell, end.line - self._skip,
-                                                                        end.column + 1)
+        return (self._cell, start.line - self._skip, start.column + 1), (
+            self._cell,
+            end.line - self._skip,
+            end.column + 1,
+        )
 
     def _in_function(self, node: libcst.CSTNode) -> bool:
         parent = self._parent(node)
@@ -273,22 +297,39 @@ class CellSurvey:
         node = getattr(assignment, "node")
         if isinstance(assignment, ImportAssignment):
             for alias in _aliases_binding(assignment.node, var.name):
-                self._facts.bind(Binding(var, self._where(node), node, IMPORT, _alias_target(node, alias), alias,
-                                         self._guarded(node)))
+                self._facts.bind(
+                    Binding(
+                        var, self._where(node), node, IMPORT, _alias_target(node, alias), alias, self._guarded(node)
+                    )
+                )
             return
         kind = DEF if isinstance(node, libcst.FunctionDef) else CLASS if isinstance(node, libcst.ClassDef) else OTHER
         construction = next(
-            (c for c in self._facts.constructions if c.holder == var and c.assign is not None
-             and c.assign.targets[0].target is node),
+            (
+                c
+                for c in self._facts.constructions
+                if c.holder == var and c.assign is not None and c.assign.targets[0].target is node
+            ),
             None,
         )
         straight = construction is not None and self._in_own_block(construction.assign)  # type: ignore[arg-type]
         count = self._count_value(node) if kind == OTHER and isinstance(node, libcst.Name) else None
         span = self._next_span(node) if construction is not None or count is not None else None
         string = kind == OTHER and isinstance(node, libcst.Name) and isinstance(self._assigned_value(node), _STRINGS)
-        self._facts.bind(Binding(var, self._where(node), node, kind, construction=construction, straight=straight,
-                                 device_count=count == NAME_ALL_GPUS,
-                                 literal=count if isinstance(count, int) else None, next_span=span, string=string))
+        self._facts.bind(
+            Binding(
+                var,
+                self._where(node),
+                node,
+                kind,
+                construction=construction,
+                straight=straight,
+                device_count=count == NAME_ALL_GPUS,
+                literal=count if isinstance(count, int) else None,
+                next_span=span,
+                string=string,
+            )
+        )
 
     def _in_own_block(self, node: libcst.CSTNode) -> bool:
         """The statement holding ``node`` is one of its module's (or function's) own statements."""
@@ -329,8 +370,11 @@ class CellSurvey:
         parent = self._parent(node)
         while parent is not None and not isinstance(parent, libcst.Module):
             if isinstance(parent, (libcst.FunctionDef, libcst.Lambda)):
-                scope = self._rule.get_metadata(ScopeProvider, parent.body, None) \
-                    if isinstance(parent, libcst.FunctionDef) else None
+                scope = (
+                    self._rule.get_metadata(ScopeProvider, parent.body, None)
+                    if isinstance(parent, libcst.FunctionDef)
+                    else None
+                )
                 return var.scope is None or scope is not var.scope
             parent = self._parent(parent)
         return False
@@ -361,25 +405,41 @@ class CellSurvey:
         value = first.value
         shown = self._rule.module.code_for_node(value)
         if first.keyword is not None or first.star:
-            return Target(first, code=TARGET, problem="the function is passed by keyword or unpacked: pass it "
-                                                      "first, by position")
+            return Target(
+                first, code=TARGET, problem="the function is passed by keyword or unpacked: pass it first, by position"
+            )
         if isinstance(value, _STRINGS):
             return Target(value, code=SCRIPT, problem=script_problem(shown))
         if isinstance(value, libcst.Lambda):
-            return Target(value, code=TARGET, problem="run is given a lambda: define it with def at module level so "
-                                                      "that it can be decorated with @distributed(...)")
+            return Target(
+                value,
+                code=TARGET,
+                problem="run is given a lambda: define it with def at module level so "
+                "that it can be decorated with @distributed(...)",
+            )
         if isinstance(value, libcst.Attribute):
-            return Target(value, code=TARGET, problem=f"run is given {shown}, a method or attribute: the decorator "
-                          "goes on a module-level def; call the method from such a function")
+            return Target(
+                value,
+                code=TARGET,
+                problem=f"run is given {shown}, a method or attribute: the decorator "
+                "goes on a module-level def; call the method from such a function",
+            )
         if not isinstance(value, libcst.Name):
-            return Target(value, code=TARGET, problem=f"run is given {shown}, not the name of a function: run a "
-                          "module-level def instead")
+            return Target(
+                value,
+                code=TARGET,
+                problem=f"run is given {shown}, not the name of a function: run a module-level def instead",
+            )
         local = self._local_binding(value)
         if local is None:
             return Target(value, var=Var(value.value))
         if isinstance(local, libcst.FunctionDef):
-            return Target(value, code=TARGET, problem=f"{shown} is defined inside another function: move it to "
-                          "module level so that it can be decorated with @distributed(...)")
+            return Target(
+                value,
+                code=TARGET,
+                problem=f"{shown} is defined inside another function: move it to "
+                "module level so that it can be decorated with @distributed(...)",
+            )
         if isinstance(self._assigned_value(local), _STRINGS):
             return Target(value, code=SCRIPT, problem=script_problem(shown, bound=True))
         return Target(value, code=TARGET, problem=f"{shown} is a local variable, not a module-level def")

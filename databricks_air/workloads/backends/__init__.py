@@ -37,6 +37,9 @@ def get(name: str, **options: Any) -> "Backend":
     if unknown:
         flags = ", ".join("--" + key.replace("_", "-") for key in unknown)
         takers = [other for other in BACKENDS if other != name]
-        raise InvalidArguments(f"{flags}: not an option of the {name} backend (the {' or '.join(takers)} "
-                               f"backend's: --backend {takers[0]})" if takers else f"{flags}: not an option here")
+        raise InvalidArguments(
+            f"{flags}: not an option of the {name} backend (the {' or '.join(takers)} backend's: --backend {takers[0]})"
+            if takers
+            else f"{flags}: not an option here"
+        )
     return backend_class(**given)

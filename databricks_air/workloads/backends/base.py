@@ -135,8 +135,13 @@ class NodeLauncher(abc.ABC):
     the supervisor installs them where it runs."""
 
     @abc.abstractmethod
-    def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
-                say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
+    def reserve(
+        self,
+        plan: NodePlan,
+        deadline: Optional[float],
+        interrupted: Callable[[], bool],
+        say: Callable[[str], None] = lambda text: None,
+    ) -> Optional[NodeGroup]:
         """The attempt's nodes, placed: waiting for capacity until ``deadline`` (a ``time.monotonic()`` value,
         then :class:`TimeoutError`) or until ``interrupted()`` (then ``None``); :class:`CannotPlace` if they never
         can be placed, any other error if not now. ``say`` tells the run what it is doing now, when that changes

@@ -61,8 +61,10 @@ class LocalBackend(Backend):
                 "environment.dependencies instead."
             )
         if workload.schedule is not None:
-            raise UnsupportedHere("schedule: the local backend runs a workload once, now; a schedule needs a "
-                                  "scheduler (Databricks jobs). Remove schedule to run it here.")
+            raise UnsupportedHere(
+                "schedule: the local backend runs a workload once, now; a schedule needs a "
+                "scheduler (Databricks jobs). Remove schedule to run it here."
+            )
         if wanted.accelerator_type == compute.CPU or compute.cpu_mode_from_environment():
             return NodePlan(1, wanted.num_accelerators, cpu=True)
         per_node = wanted.gpus_per_node or 1
@@ -76,7 +78,8 @@ class LocalBackend(Backend):
         available = compute.attached_gpu_count()
         if available <= 0:
             raise UnsupportedHere(
-                f"compute.accelerator_type: {wanted.accelerator_type} needs GPUs, and none is attached to this machine. "
+                f"compute.accelerator_type: {wanted.accelerator_type} needs GPUs, and none is attached to this "
+                f"machine. "
                 f"For CPU ranks over gloo, set accelerator_type: CPU, or keep the file as it is and set "
                 f"{_variables.ACCELERATOR_TYPE}=CPU."
             )
@@ -85,23 +88,30 @@ class LocalBackend(Backend):
                 f"compute.num_accelerators: {wanted.num_accelerators} GPUs asked for, but only {available} are visible "
                 "on this machine (CUDA_VISIBLE_DEVICES is honoured)."
             )
-        return NodePlan(1, wanted.num_accelerators, cpu=False,
-                        visible_devices=_first_devices(wanted.num_accelerators, available))
+        return NodePlan(
+            1, wanted.num_accelerators, cpu=False, visible_devices=_first_devices(wanted.num_accelerators, available)
+        )
 
     def notes(self, workload: Workload, plan: NodePlan) -> List[str]:
         notes = []
         wanted = workload.compute
         if plan.cpu and wanted.accelerator_type != compute.CPU:
-            notes.append(f"{_variables.ACCELERATOR_TYPE}=CPU: running {wanted.accelerator_type} x "
-                         f"{wanted.num_accelerators} as {plan.local_world_size} CPU rank(s)")
+            notes.append(
+                f"{_variables.ACCELERATOR_TYPE}=CPU: running {wanted.accelerator_type} x "
+                f"{wanted.num_accelerators} as {plan.local_world_size} CPU rank(s)"
+            )
         if not plan.cpu:
             device = compute.attached_gpu_name() or "unknown GPU"
             model = compute.parse_gpu_model(device)
             if model is None or model is not compute.AcceleratorType(wanted.accelerator_type).gpu_type:
-                notes.append(f"compute.accelerator_type is {wanted.accelerator_type}, this machine has {device}: "
-                             f"running on {plan.local_world_size} of its GPUs")
+                notes.append(
+                    f"compute.accelerator_type is {wanted.accelerator_type}, this machine has {device}: "
+                    f"running on {plan.local_world_size} of its GPUs"
+                )
         if workload.databricks_only_fields:
-            notes.append(f"not used on this machine (kept for Databricks): {', '.join(workload.databricks_only_fields)}")
+            notes.append(
+                f"not used on this machine (kept for Databricks): {', '.join(workload.databricks_only_fields)}"
+            )
         return notes
 
     def start(self, folder: RunFolder) -> None:
@@ -142,10 +152,13 @@ class LocalBackend(Backend):
             reason = "the run was never handed to a supervisor (its submission was interrupted)"
         else:
             left = _stop_leftovers(folder)
-            reason = (f"the supervisor (pid {pid}) ended unexpectedly, killed or crashed; the command and every "
-                      f"process it started were stopped with it"
-                      + (f" ({left} left without their keeper were killed now)" if left else "")
-                      + f" (its messages: {folder.file('supervisor.log')})" + _full_disk_note(folder.path))
+            reason = (
+                f"the supervisor (pid {pid}) ended unexpectedly, killed or crashed; the command and every "
+                f"process it started were stopped with it"
+                + (f" ({left} left without their keeper were killed now)" if left else "")
+                + f" (its messages: {folder.file('supervisor.log')})"
+                + _full_disk_note(folder.path)
+            )
         canceled = folder.cancel_requested
         ended = {}
 

@@ -57,8 +57,9 @@ class LocalNodeGroup(NodeGroup):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=copy_output, args=(self.process.stdout, launch.outputs[0]),
-                                        daemon=True, name="node 0 output")
+        self._reader = threading.Thread(
+            target=copy_output, args=(self.process.stdout, launch.outputs[0]), daemon=True, name="node 0 output"
+        )
         self._reader.start()
 
     def wait(self, timeout: float) -> Optional[List[int]]:
@@ -81,11 +82,15 @@ class LocalNodeGroup(NodeGroup):
             name = f"signal {-status}"
         if self.adopts_orphans:
             keeper.stop_descendants(os.getpid(), _ORPHAN_GRACE_SECONDS, keeper.reap_these)
-            self._lost = (f"node 0's keeper (pid {self.process.pid}) was killed by {name}; every process of the "
-                          "command was stopped with it")
+            self._lost = (
+                f"node 0's keeper (pid {self.process.pid}) was killed by {name}; every process of the "
+                "command was stopped with it"
+            )
         else:
-            self._lost = (f"node 0's keeper (pid {self.process.pid}) was killed by {name}; the processes its "
-                          "command started may still run")
+            self._lost = (
+                f"node 0's keeper (pid {self.process.pid}) was killed by {name}; the processes its "
+                "command started may still run"
+            )
 
     def failure(self) -> Optional[str]:
         return self._lost
@@ -127,6 +132,11 @@ class LocalNodes(NodeLauncher):
     def __init__(self, adopts_orphans: bool = False) -> None:
         self.adopts_orphans = adopts_orphans
 
-    def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
-                say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
+    def reserve(
+        self,
+        plan: NodePlan,
+        deadline: Optional[float],
+        interrupted: Callable[[], bool],
+        say: Callable[[str], None] = lambda text: None,
+    ) -> Optional[NodeGroup]:
         return LocalNodeGroup(self.adopts_orphans)

@@ -40,12 +40,25 @@ from databricks.air.workloads.workload import Workload
 ENTRYPOINT = "python -m databricks.air.workloads.backends.ray_supervisor"
 JOB_ID, ADDRESS = "ray_job_id", "ray_address"
 """The owner's keys: the Ray job's submission id, and the dashboard it was submitted to."""
-SWITCHES = (_variables.MLFLOW, _variables.SYSTEM_METRICS, _variables.SYSTEM_METRICS_SECONDS,
-            _variables.LOG_UPLOAD_SECONDS, _variables.TERMINATE_GRACE_SECONDS, _variables.RETRY_DELAY_SECONDS,
-            _variables.ACCELERATOR_TYPE)
+SWITCHES = (
+    _variables.MLFLOW,
+    _variables.SYSTEM_METRICS,
+    _variables.SYSTEM_METRICS_SECONDS,
+    _variables.LOG_UPLOAD_SECONDS,
+    _variables.TERMINATE_GRACE_SECONDS,
+    _variables.RETRY_DELAY_SECONDS,
+    _variables.ACCELERATOR_TYPE,
+)
 """The package's variables that the run on the cluster keeps from the submitter's environment."""
-CREDENTIALS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "DATABRICKS_HOST",
-               "DATABRICKS_TOKEN", "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET")
+CREDENTIALS = (
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "DATABRICKS_HOST",
+    "DATABRICKS_TOKEN",
+    "DATABRICKS_CLIENT_ID",
+    "DATABRICKS_CLIENT_SECRET",
+)
 """The submitter's credentials of the MLflow store, sent like secrets (redacted from the output)."""
 SYNC_SECONDS = 0.5
 """How often one process asks the cluster for a run's log, at most, when no stream is open."""
@@ -68,8 +81,9 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: Optional[str] = None, nodes: Optional[int] = None,
-                 wait_for_nodes: bool = False) -> None:
+    def __init__(
+        self, address: Optional[str] = None, nodes: Optional[int] = None, wait_for_nodes: bool = False
+    ) -> None:
         self.address = address
         self.nodes = nodes
         self.wait_for_nodes = wait_for_nodes
@@ -91,8 +105,10 @@ class RayBackend(Backend):
                 "on each node)."
             )
         if workload.schedule is not None:
-            raise UnsupportedHere("schedule: the Ray backend runs a workload once, now; a schedule needs a scheduler "
-                                  "(Databricks jobs). Remove schedule to run it on the cluster.")
+            raise UnsupportedHere(
+                "schedule: the Ray backend runs a workload once, now; a schedule needs a scheduler "
+                "(Databricks jobs). Remove schedule to run it on the cluster."
+            )
         wanted = workload.compute
         cpu = wanted.accelerator_type == compute.CPU or compute.cpu_mode_from_environment()
         plan = node_plan(wanted.accelerator_type, wanted.num_accelerators, self.nodes, cpu)
@@ -111,15 +127,21 @@ class RayBackend(Backend):
         notes = []
         wanted = workload.compute
         if plan.cpu and wanted.accelerator_type != compute.CPU:
-            notes.append(f"{_variables.ACCELERATOR_TYPE}=CPU: running {wanted.accelerator_type} x "
-                         f"{wanted.num_accelerators} as CPU ranks")
+            notes.append(
+                f"{_variables.ACCELERATOR_TYPE}=CPU: running {wanted.accelerator_type} x "
+                f"{wanted.num_accelerators} as CPU ranks"
+            )
         uri = os.environ.get("MLFLOW_TRACKING_URI", "")
         if attempt_tracking.enabled() and _is_local_store(uri):
-            notes.append(f"MLFLOW_TRACKING_URI={uri or '(MLflow default)'} names a store on this machine: the "
-                         "run writes to the same path on the cluster's head node; use a tracking server the "
-                         "cluster reaches to see its MLflow runs here")
+            notes.append(
+                f"MLFLOW_TRACKING_URI={uri or '(MLflow default)'} names a store on this machine: the "
+                "run writes to the same path on the cluster's head node; use a tracking server the "
+                "cluster reaches to see its MLflow runs here"
+            )
         if workload.databricks_only_fields:
-            notes.append(f"not used on a Ray cluster (kept for Databricks): {', '.join(workload.databricks_only_fields)}")
+            notes.append(
+                f"not used on a Ray cluster (kept for Databricks): {', '.join(workload.databricks_only_fields)}"
+            )
         return notes
 
     def start(self, folder: RunFolder) -> None:
@@ -132,8 +154,9 @@ class RayBackend(Backend):
         }
         job_id = f"air-{spec.run_id}-{uuid.uuid4().hex[:12]}"
         # Recorded first: a submission interrupted after this still names its job, and reads as what became of it.
-        folder.update(lambda state: state.owner.update({JOB_ID: job_id, ADDRESS: jobs.url,
-                                                        "dashboard_url": jobs.job_url(job_id)}))
+        folder.update(
+            lambda state: state.owner.update({JOB_ID: job_id, ADDRESS: jobs.url, "dashboard_url": jobs.job_url(job_id)})
+        )
         staging = tempfile.mkdtemp(prefix="air-ray-job-")
         try:
             package = os.path.join(staging, f"run-{spec.run_id}.zip")
@@ -142,8 +165,12 @@ class RayBackend(Backend):
                 entrypoint=ENTRYPOINT,
                 submission_id=job_id,
                 runtime_env={"working_dir": package, "env_vars": self._job_variables(spec.env_variables)},
-                metadata={"air.run_id": str(spec.run_id), "air.experiment": spec.experiment_name,
-                          "air.user": spec.user, "air.accelerators": spec.accelerators},
+                metadata={
+                    "air.run_id": str(spec.run_id),
+                    "air.experiment": spec.experiment_name,
+                    "air.user": spec.user,
+                    "air.accelerators": spec.accelerators,
+                },
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -196,8 +223,10 @@ class RayBackend(Backend):
             info = jobs.info(job_id)  # the status first: a job that has ended has all of its log written
             text = jobs.logs(job_id)
         except Exception as error:  # noqa: BLE001 - the cluster is unreachable now; the run may well go on
-            state.message = f"{state.message or state.status} (the Ray cluster at {url} does not answer now: " \
-                            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})"
+            state.message = (
+                f"{state.message or state.status} (the Ray cluster at {url} does not answer now: "
+                f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})"
+            )
             return state
         return self._settle(folder, text, 0, info)
 
@@ -229,8 +258,12 @@ class RayBackend(Backend):
             yield
             return
         stop = threading.Event()
-        thread = threading.Thread(target=self._stream, args=(folder, cluster(url), job_id, stop), daemon=True,
-                                  name=f"air run {folder.run_id} log stream")
+        thread = threading.Thread(
+            target=self._stream,
+            args=(folder, cluster(url), job_id, stop),
+            daemon=True,
+            name=f"air run {folder.run_id} log stream",
+        )
         _streams[folder.path] = thread
         thread.start()
         try:
@@ -267,9 +300,11 @@ def _end_as_the_job_did(folder: RunFolder, state: RunState, status: str, info: A
     else:
         tail = ray_report.messages_tail(folder)
         state.status = statuses.FAILED
-        state.message = (f"the Ray job {job} ended {status} before its run did"
-                         f"{': ' + info.message if getattr(info, 'message', None) else ''}"
-                         + (f"\nits last lines:\n{tail}" if tail else ""))
+        state.message = (
+            f"the Ray job {job} ended {status} before its run did"
+            f"{': ' + info.message if getattr(info, 'message', None) else ''}"
+            + (f"\nits last lines:\n{tail}" if tail else "")
+        )
     state.ended_at = time.time()
     if state.attempts and state.attempts[-1].get("ended_at") is None:
         state.attempts[-1].update(status=state.status, ended_at=state.ended_at, reason=state.message)

@@ -146,8 +146,12 @@ class RayJobs:
         with _address_as_given():
             found = list_nodes(address=self.url, limit=10_000, raise_on_missing_output=False)
         return [
-            {"Alive": node.state == "ALIVE", "Resources": dict(node.resources_total or {}),
-             "NodeManagerAddress": node.node_ip, "NodeID": node.node_id}
+            {
+                "Alive": node.state == "ALIVE",
+                "Resources": dict(node.resources_total or {}),
+                "NodeManagerAddress": node.node_ip,
+                "NodeID": node.node_id,
+            }
             for node in found
         ]
 

@@ -65,8 +65,14 @@ class NodeHost:
 
     # --- the command -----------------------------------------------------------------------------------------------
 
-    def start(self, root: str, command: str, variables: node_environment.NodeVariables, grace: float,
-              dependencies: Optional[List[str]]) -> None:
+    def start(
+        self,
+        root: str,
+        command: str,
+        variables: node_environment.NodeVariables,
+        grace: float,
+        dependencies: Optional[List[str]],
+    ) -> None:
         """Run ``command`` in ``CODE_SOURCE_PATH``, in Ray's environment of ``dependencies`` where there are some;
         ``root`` is where the supervisor's node has the job's working directory (paths under it are this node's
         copy here)."""
@@ -76,13 +82,21 @@ class NodeHost:
             stream.write(command)
         moved = variables.relocated(root, here)
         self._runner = threading.Thread(
-            target=self._run, name="air node command", daemon=True,
+            target=self._run,
+            name="air node command",
+            daemon=True,
             args=(script, moved.code_source_path, moved, grace, dependencies),
         )
         self._runner.start()
 
-    def _run(self, script: str, cwd: str, variables: node_environment.NodeVariables, grace: float,
-             dependencies: Optional[List[str]]) -> None:
+    def _run(
+        self,
+        script: str,
+        cwd: str,
+        variables: node_environment.NodeVariables,
+        grace: float,
+        dependencies: Optional[List[str]],
+    ) -> None:
         status: Optional[int] = None
         try:
             base = node_environment.with_interpreter_on_path(os.environ)

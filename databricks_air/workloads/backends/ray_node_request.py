@@ -49,8 +49,9 @@ class NodeRequest:
         model = AcceleratorType(self.accelerator_type).gpu_type
         return f"{model.name} " if model is not None else ""
 
-    def bundle(self, nodes: Sequence[Mapping[str, Any]],
-               max_resources: Optional[Mapping[str, float]] = None) -> Dict[str, float]:
+    def bundle(
+        self, nodes: Sequence[Mapping[str, Any]], max_resources: Optional[Mapping[str, float]] = None
+    ) -> Dict[str, float]:
         """One node's bundle on this cluster; :class:`CannotPlace` if the cluster can never hold every node.
 
         ``nodes`` is :func:`ray.nodes`; ``max_resources`` what an autoscaling cluster may grow to, where known.
@@ -62,8 +63,9 @@ class NodeRequest:
         fitting = [node for node in alive if _holds(node.get("Resources", {}), bundle)]
         if len(fitting) >= self.plan.num_nodes:
             return bundle
-        if max_resources and all(max_resources.get(key, 0) >= amount * self.plan.num_nodes
-                                 for key, amount in bundle.items()):
+        if max_resources and all(
+            max_resources.get(key, 0) >= amount * self.plan.num_nodes for key, amount in bundle.items()
+        ):
             return bundle  # the autoscaler may add the nodes; the placement group waits for them
         raise CannotPlace(self._too_many(len(fitting), alive))
 
@@ -72,9 +74,11 @@ class NodeRequest:
             hint = "Ask for fewer nodes (--nodes, a divisor of compute.num_accelerators) or fewer CPU ranks"
         else:
             hint = "Ask for fewer accelerators (compute.num_accelerators)"
-        return (f"compute: the workload needs {self.what}, each on a Ray node of its own ({STRATEGY}), and "
-                f"{fitting} node(s) of the Ray cluster can hold one. Cluster: {describe_nodes(alive)}. {hint}, or "
-                "add nodes to the cluster.")
+        return (
+            f"compute: the workload needs {self.what}, each on a Ray node of its own ({STRATEGY}), and "
+            f"{fitting} node(s) of the Ray cluster can hold one. Cluster: {describe_nodes(alive)}. {hint}, or "
+            "add nodes to the cluster."
+        )
 
     def _accelerator(self, alive: Sequence[Mapping[str, Any]], max_resources: Mapping[str, float]) -> str:
         """The accelerator-type resource of the nodes' GPUs: of the names Ray gives them, the one most nodes have."""
@@ -100,16 +104,20 @@ def node_plan(accelerator_type: str, num_accelerators: int, nodes: Optional[int]
     if cpu:
         count = 1 if nodes is None else nodes
         if count <= 0 or num_accelerators % count:
-            raise InvalidArguments(f"--nodes {count}: the node count must divide compute.num_accelerators "
-                              f"({num_accelerators}), so that every node runs as many CPU ranks; try "
-                              f"{', '.join(str(d) for d in _divisors(num_accelerators))}")
+            raise InvalidArguments(
+                f"--nodes {count}: the node count must divide compute.num_accelerators "
+                f"({num_accelerators}), so that every node runs as many CPU ranks; try "
+                f"{', '.join(str(d) for d in _divisors(num_accelerators))}"
+            )
         return NodePlan(count, num_accelerators // count, cpu=True)
     per_node = AcceleratorType(accelerator_type).gpus_per_node or 1
     count = num_accelerators // per_node
     if nodes is not None and nodes != count:
-        raise InvalidArguments(f"--nodes {nodes}: {num_accelerators} x {accelerator_type} is {count} node(s) of "
-                          f"{per_node} GPU(s), as on Databricks; --nodes chooses the node count of CPU workloads "
-                          "only (leave it out)")
+        raise InvalidArguments(
+            f"--nodes {nodes}: {num_accelerators} x {accelerator_type} is {count} node(s) of "
+            f"{per_node} GPU(s), as on Databricks; --nodes chooses the node count of CPU workloads "
+            "only (leave it out)"
+        )
     return NodePlan(count, per_node, cpu=False)
 
 

@@ -50,8 +50,13 @@ class RayNodes(NodeLauncher):
         self.pip = ray_package.read_pip_field(root)
         """``environment.dependencies`` as the hosts' runtime environment ``pip`` field (``None``: none)."""
 
-    def reserve(self, plan: NodePlan, deadline: Optional[float], interrupted: Callable[[], bool],
-                say: Callable[[str], None] = lambda text: None) -> Optional[NodeGroup]:
+    def reserve(
+        self,
+        plan: NodePlan,
+        deadline: Optional[float],
+        interrupted: Callable[[], bool],
+        say: Callable[[str], None] = lambda text: None,
+    ) -> Optional[NodeGroup]:
         request = NodeRequest(plan, self.accelerator_type)
         bundle = request.bundle(*resources.cluster_resources(self.ray))
         group = placement.create(bundle, plan.num_nodes, STRATEGY, name=self.name)
@@ -68,8 +73,12 @@ class RayNodes(NodeLauncher):
             for host in placement.start_actors(self.ray, NodeHost, group, bundle, plan.num_nodes, **options):
                 hosts.append(host)
             pending = [host.where.remote() for host in hosts]
-            if not self._wait(lambda step: not self.ray.wait(pending, num_returns=len(pending), timeout=step)[1],
-                              deadline, interrupted, "the nodes' hosts to start"):
+            if not self._wait(
+                lambda step: not self.ray.wait(pending, num_returns=len(pending), timeout=step)[1],
+                deadline,
+                interrupted,
+                "the nodes' hosts to start",
+            ):
                 RayNodeGroup(self.ray, self.root, group, hosts, []).close()
                 return None
             return RayNodeGroup(self.ray, self.root, group, hosts, self._where(pending))
@@ -86,11 +95,13 @@ class RayNodes(NodeLauncher):
                 found.append(self.ray.get(ref))
             except self.ray.exceptions.RuntimeEnvSetupError as error:
                 raise environments.DependencyInstallError(
-                    ray_package.install_failure(str(error), f"on node {node}")) from None
+                    ray_package.install_failure(str(error), f"on node {node}")
+                ) from None
         return found
 
-    def _wait(self, ready: Callable[[float], bool], deadline: Optional[float], interrupted: Callable[[], bool],
-              what: str) -> bool:
+    def _wait(
+        self, ready: Callable[[float], bool], deadline: Optional[float], interrupted: Callable[[], bool], what: str
+    ) -> bool:
         """Wait until ``ready(step)``; False when interrupted, :class:`TimeoutError` past the deadline."""
         while True:
             step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
@@ -126,10 +137,12 @@ class RayNodeGroup(NodeGroup):
         self.launch = launch
         with open(launch.script, encoding="utf-8") as stream:
             command = stream.read()
-        self.ray.get([
-            host.start.remote(self.root, command, launch.nodes[node], launch.grace_seconds, launch.dependencies)
-            for node, host in enumerate(self.hosts)
-        ])
+        self.ray.get(
+            [
+                host.start.remote(self.root, command, launch.nodes[node], launch.grace_seconds, launch.dependencies)
+                for node, host in enumerate(self.hosts)
+            ]
+        )
 
     def wait(self, timeout: float) -> Optional[List[int]]:
         self._poll(timeout)
@@ -157,7 +170,8 @@ class RayNodeGroup(NodeGroup):
     def _lost(self, node: int, error: BaseException) -> None:
         if self.launch is not None:
             self.launch.outputs[node].write_note(
-                f"[air] node {node}'s Ray actor on {self.where[node]['node_ip']} died ({first_line(error)})")
+                f"[air] node {node}'s Ray actor on {self.where[node]['node_ip']} died ({first_line(error)})"
+            )
         self.codes[node] = _LOST
         if not self._stopping:
             self._stop_all()
@@ -188,5 +202,7 @@ class RayNodeGroup(NodeGroup):
             placement.dismantle(self.ray, self.hosts, self.group)
 
     def owner(self) -> Dict[str, Any]:
-        return {"placement_group": self.group.id.hex(),
-                "nodes": [{"node_ip": w["node_ip"], "node_id": w["node_id"]} for w in self.where]}
+        return {
+            "placement_group": self.group.id.hex(),
+            "nodes": [{"node_ip": w["node_ip"], "node_id": w["node_id"]} for w in self.where],
+        }

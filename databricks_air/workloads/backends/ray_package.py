@@ -53,11 +53,13 @@ _FILES_MARK = "# databricks.air: local files"
 def build(folder: RunFolder, private: Dict[str, Any], target: str) -> RunSpec:
     """Write the working directory of ``folder``'s run to the zip ``target``; return the spec as written there."""
     spec = folder.read_spec()
-    dependencies, shipped, rewritten = (ship_dependencies(spec.dependencies, spec.base_dir)
-                                        if spec.dependencies is not None else (None, {}, {}))
+    dependencies, shipped, rewritten = (
+        ship_dependencies(spec.dependencies, spec.base_dir) if spec.dependencies is not None else (None, {}, {})
+    )
     code_path = os.path.relpath(spec.code_path, os.path.dirname(folder.code_dir))
-    relative = dataclasses.replace(spec, code_path=code_path, base_dir=DEPENDENCIES, submit_dir=".",
-                                   dependencies=dependencies)
+    relative = dataclasses.replace(
+        spec, code_path=code_path, base_dir=DEPENDENCIES, submit_dir=".", dependencies=dependencies
+    )
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         _add_bytes(archive, registry.SPEC, json.dumps(relative.to_dict(), indent=1).encode())
         for name in (registry.CONFIG, registry.HYPERPARAMETERS):
@@ -192,5 +194,6 @@ def read_spec(root: str) -> RunSpec:
     """The spec in a working directory made by :func:`build`, its paths made absolute under ``root``."""
     with open(os.path.join(root, registry.SPEC), encoding="utf-8") as stream:
         spec = RunSpec.from_dict(json.load(stream))
-    return dataclasses.replace(spec, code_path=os.path.join(root, spec.code_path),
-                               base_dir=os.path.join(root, spec.base_dir), submit_dir=root)
+    return dataclasses.replace(
+        spec, code_path=os.path.join(root, spec.code_path), base_dir=os.path.join(root, spec.base_dir), submit_dir=root
+    )

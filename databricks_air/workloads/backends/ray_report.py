@@ -107,7 +107,7 @@ def split_frames(text: str) -> Tuple[List[Dict[str, Any]], List[str], int]:
     for line in text[:end].splitlines():
         if line.startswith(PREFIX):
             try:
-                frames.append(json.loads(line[len(PREFIX):]))
+                frames.append(json.loads(line[len(PREFIX) :]))
                 continue
             except ValueError:
                 pass  # a frame cut by something else writing at the same time: keep it as a message
@@ -115,8 +115,9 @@ def split_frames(text: str) -> Tuple[List[Dict[str, Any]], List[str], int]:
     return frames, others, end
 
 
-def apply(folder: RunFolder, log_text: str, start: int = 0,
-          settle: Optional[Callable[[RunState], None]] = None) -> RunState:
+def apply(
+    folder: RunFolder, log_text: str, start: int = 0, settle: Optional[Callable[[RunState], None]] = None
+) -> RunState:
     """Replay the frames of the job's log that the folder has not seen yet (``log_text`` from character ``start``
     of the log); return the folder's state. ``settle`` may change the state further, under the same lock."""
 
@@ -177,7 +178,7 @@ class _LogWriter:
     def write(self, offset: int, when: float, data: bytes) -> None:
         if offset + len(data) <= self._size:
             return  # replayed already
-        data = data[max(0, self._size - offset):]
+        data = data[max(0, self._size - offset) :]
         if when - self._last_time >= TIME_STEP:
             write_time(self._times, self._size, when)
             self._last_time = when

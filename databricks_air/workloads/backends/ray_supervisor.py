@@ -69,8 +69,14 @@ def main() -> int:
         write_atomically(os.path.join(run_dir, SPEC), json.dumps(spec.to_dict(), indent=1).encode())
         os.chdir(run_dir)
         folder = ReportingRunFolder(run_dir, spec.run_id, reporter, node_root=root)
-        folder.write_state(RunState(run_id=spec.run_id, status=statuses.PENDING, submitted_at=time.time(),
-                                    message="the Ray job started; connecting to the cluster"))
+        folder.write_state(
+            RunState(
+                run_id=spec.run_id,
+                status=statuses.PENDING,
+                submitted_at=time.time(),
+                message="the Ray job started; connecting to the cluster",
+            )
+        )
         status = _supervise(folder, spec, root, secrets, wake, reporter)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -78,8 +84,14 @@ def main() -> int:
     return 0 if status == statuses.SUCCESS else 1
 
 
-def _supervise(folder: ReportingRunFolder, spec: RunSpec, root: str, secrets: Dict[str, str],
-               wake: threading.Event, reporter: Reporter) -> str:
+def _supervise(
+    folder: ReportingRunFolder,
+    spec: RunSpec,
+    root: str,
+    secrets: Dict[str, str],
+    wake: threading.Event,
+    reporter: Reporter,
+) -> str:
     from databricks.air._ray import session
     from databricks.air.workloads.backends.ray_nodes import RayNodes
     from databricks.air.workloads.supervisor import WorkloadSupervisor
@@ -88,8 +100,14 @@ def _supervise(folder: ReportingRunFolder, spec: RunSpec, root: str, secrets: Di
     _stop_on_sigterm(wake)  # ray.init put its own handler in place, which exits at once, leaving every node running
     try:
         launcher = RayNodes(root, spec.accelerator_type, name=f"air-run-{spec.run_id}")
-        supervisor = WorkloadSupervisor(folder, launcher, environ={**os.environ, **secret_variables(spec, secrets)},
-                                        wake=wake, woken_reason=STOPPED_REASON, echo=reporter.node_output)
+        supervisor = WorkloadSupervisor(
+            folder,
+            launcher,
+            environ={**os.environ, **secret_variables(spec, secrets)},
+            wake=wake,
+            woken_reason=STOPPED_REASON,
+            echo=reporter.node_output,
+        )
         return supervisor.run()
     finally:
         ray.shutdown()
