@@ -7,6 +7,7 @@ since the sub-folders (``data/``, ``ray/``) have conftest modules of their own.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,14 @@ from mlflow_fixtures import mlflow_server  # noqa: F401 - one server for the who
 
 
 _SHARED_CLUSTER = Path(__file__).resolve().parent / "ray"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A runner that starts pytest as a background job of a shell without job control (`nohup ... &`, some CI
+    # agents) hands it SIGINT ignored, and Python then installs no handler of its own: the tests that interrupt a
+    # call as Ctrl-C does (SIGINT to the main thread) would wait out the call's timeout instead.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
