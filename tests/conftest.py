@@ -17,7 +17,7 @@ from typing import Callable, List, Sequence
 import pytest
 
 from databricks.air._engine import rank_server_handle
-from mlflow_fixtures import mlflow_server  # noqa: F401 - one server for the whole session (see mlflow_fixtures)
+from mlflow_fixtures import empty_store, mlflow_server  # noqa: F401 - once for the whole session (see mlflow_fixtures)
 
 
 _SHARED_CLUSTER = Path(__file__).resolve().parent / "ray"

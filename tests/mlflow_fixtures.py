@@ -1,8 +1,8 @@
 """Fixtures and helpers for tests of MLflow tracking: a store of the test's own, a real `mlflow server`, one run.
 
 Test modules import the fixtures by name (``from mlflow_fixtures import store``), which registers them there;
-``mlflow_server`` is registered once, in ``conftest.py``: a session fixture imported into two modules would be two
-fixtures, and start two servers.
+the session fixtures (``mlflow_server``, ``empty_store``) are registered once, in ``conftest.py``: a session fixture
+imported into two modules would be two fixtures, and start two servers.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Iterator
 
 import pytest
 
@@ -22,29 +22,25 @@ from process_helpers import wait_until
 from databricks.air._engine.processes import free_port
 
 
-_EMPTY_STORE: List[Path] = []  # an empty store with MLflow's tables, made once per test process
-
-
-def _empty_store(factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite store with MLflow's tables made and migrated and nothing in them: about 1 s to make, which every
     tracked test would pay again. Tests of making a store (at once, in a fresh folder) use a path of their own."""
-    if not _EMPTY_STORE:
-        import mlflow
+    import mlflow
 
-        path = factory.mktemp("empty-mlflow-store") / "mlflow.db"
-        mlflow.MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
-        _EMPTY_STORE.append(path)
-    return _EMPTY_STORE[0]
+    path = tmp_path_factory.mktemp("empty-mlflow-store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments(max_results=1)
+    return path
 
 
 @pytest.fixture
-def store(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def store(tmp_path: Path, empty_store: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Tracking on, into a SQLite store of this test's own (a copy of an empty one, tables made); MLflow's own
     variables unset."""
     import mlflow
     from mlflow.tracking import fluent
 
-    shutil.copyfile(_empty_store(tmp_path_factory), tmp_path / "mlflow.db")
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("DATABRICKS_AIR_MLFLOW", "1")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
