@@ -8,26 +8,34 @@ What it measures
 
     a. untracked, a script: a fresh ``python -c`` that imports ``databricks.air``, decorates the function and
        calls it at once (``DATABRICKS_AIR_MLFLOW=0``);
-    b. tracked, a script: the same with tracking on (the default);
+    b. tracked, a script: the same with tracking on (the default), the tracking host running (started by an earlier
+       script of the session, which is how every script after the first finds it: ``_tracking/tracking_host.py``);
     c. untracked, a notebook: a fresh Jupyter kernel (this interpreter's ipykernel); one cell imports
        ``databricks.air``, and 6 s later (cells run one by one) the next one decorates the function and calls it;
     d. tracked, a notebook: the same with tracking on.
+
+    f. tracked, a script, no tracking host running: the session's first script, which starts the host at decoration
+       and waits for it at the call (the host is stopped before each);
+    g. tracked, a script, the host switched off (``DATABRICKS_AIR_TRACKING_HOST=0``): MLflow imported in the
+       script, in the background from decoration on (``_tracking/warmup.py``), as before the host.
 
     Timed: the call itself, from ``.distributed()`` until it returns (``time.perf_counter()`` in the process or the
     kernel); also reported: the time from before ``import databricks.air`` until the call's end (in a notebook, less
     the wait between the cells), ``import databricks.air`` in each, and the closing line's duration (the whole
     call's).
-    Rounds alternate the four (ABCD, then DCBA, ...); medians over the rounds. Before them, one untimed script of
+    Rounds alternate the six (ABCDFG, then GFDCBA, ...); medians over the rounds. Before them, one untimed script of
     each kind and one tracked notebook warm the file cache, make the store and its experiment.
 
     e. ``import databricks.air`` alone: ``python -c "import databricks.air"`` wall time, and the import's own time
        measured inside the process, median of IMPORTS fresh processes (tracking on, as a user has it).
 
+    The scratch folder is the processes' ``TMPDIR`` too, so the host is the benchmark's own; it is stopped at the end.
+
 Targets
-    b / a <= 1.5 (a script) and d / c <= 1.15 (a notebook).
+    b / a <= 1.5 (a script) and d / c <= 1.15 (a notebook); f / a and g / a for information.
 
 Run
-    ``.venv/bin/python bench/first_call_tracking.py`` (about 2 minutes on 2 vCPUs; ``--rounds 5`` for more; needs
+    ``.venv/bin/python bench/first_call_tracking.py`` (about 3 minutes on 2 vCPUs; ``--rounds 5`` for more; needs
     ipykernel and jupyter_client, in the ``dev`` extra)
 
 Nothing asserts on time; it prints a table and PASS/MISS. It exits non-zero only if a process fails or a call returns
@@ -169,6 +177,16 @@ def run_notebook(env: Dict[str, str], cwd: str, delay: float) -> Dict[str, float
     return result
 
 
+def stop_hosts(scratch: str) -> None:
+    """Stop the tracking host of the scratch ``TMPDIR``, if one runs."""
+    import glob
+
+    from databricks.air._tracking import tracking_host
+
+    for folder in glob.glob(os.path.join(scratch, f"databricks-air-{os.getuid()}", "tracking", "*")):
+        tracking_host.stop(folder)
+
+
 def import_times(env: Dict[str, str], cwd: str) -> tuple:
     code = "import time; t = time.perf_counter(); import databricks.air; print(time.perf_counter() - t)"
     walls, inside = [], []
@@ -203,8 +221,16 @@ def main() -> None:
         ):
             base.pop(name, None)
         base["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
+        base["TMPDIR"] = scratch  # the tracking host's folder lies under it: the benchmark's own host
+        base.pop("DATABRICKS_AIR_TRACKING_HOST", None)
         tracked = dict(base)
         untracked = dict(base, DATABRICKS_AIR_MLFLOW="0")
+        no_host = dict(base, DATABRICKS_AIR_TRACKING_HOST="0")
+
+        def first_of_session() -> Dict[str, float]:
+            stop_hosts(scratch)
+            return run_script(tracked, scratch)
+
         run_script(tracked, scratch)  # makes the store (mlflow.db here) and the experiment; warms the file cache
         run_script(untracked, scratch)
         run_notebook(tracked, scratch, 0.0)
@@ -219,6 +245,8 @@ def main() -> None:
                 f"tracked, notebook (call {options.delay:g} s after the import)",
                 lambda: run_notebook(tracked, scratch, options.delay),
             ),
+            "f": ("tracked, script, no tracking host yet (the session's first)", first_of_session),
+            "g": ("tracked, script, tracking host off", lambda: run_script(no_host, scratch)),
         }
         results: Dict[str, List[Dict[str, float]]] = {key: [] for key in variants}
         for round_ in range(options.rounds):
@@ -232,6 +260,7 @@ def main() -> None:
                 )
         walls, inside = import_times(tracked, scratch)
     finally:
+        stop_hosts(scratch)
         shutil.rmtree(scratch, ignore_errors=True)
 
     def median(key: str, field: str) -> float:
@@ -259,6 +288,8 @@ def main() -> None:
     notebook = median("d", "call") / median("c", "call")
     print(f"b / a (a script):   {script:.3f}  target <= 1.5   {'PASS' if script <= 1.5 else 'MISS'}")
     print(f"d / c (a notebook): {notebook:.3f}  target <= 1.15  {'PASS' if notebook <= 1.15 else 'MISS'}")
+    for key in "fg":
+        print(f"{key} / a ({variants[key][0]}, information): {median(key, 'call') / median('a', 'call'):.3f}")
     whole = median("b", "since_start") / median("a", "since_start")
     print(f"b / a from the import on (information): {whole:.3f}")
     print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -125,6 +125,8 @@ SHOW_ALL_RANKS = switch(_variables.SHOW_ALL_RANKS, False)
 DEBUG = switch(_variables.DEBUG, False)
 MLFLOW = switch(_variables.MLFLOW, True)
 SYSTEM_METRICS = switch(_variables.SYSTEM_METRICS, True)
+TRACKING_HOST = switch(_variables.TRACKING_HOST, True)
+TRACKING_HOST_IDLE_SECONDS = seconds(_variables.TRACKING_HOST_IDLE_SECONDS, 600.0, positive=True)
 TERMINATE_GRACE_SECONDS = seconds(_variables.TERMINATE_GRACE_SECONDS, 3.0)
 SNAPSHOT_SECONDS = seconds(_variables.SNAPSHOT_SECONDS, 5.0)
 STALL_SECONDS = seconds(_variables.STALL_SECONDS, 600.0)
@@ -196,6 +198,8 @@ class CallSettings:
 def read(environ: Mapping[str, str]) -> CallSettings:
     """Every setting of a call from ``environ``; :class:`RuntimeConfigurationError` naming the first bad one."""
     DEBUG.read(environ)  # read where a traceback is shaped; checked here with the others
+    TRACKING_HOST.read(environ)  # read at decoration (where a bad value cannot fail) and by the tracking host
+    TRACKING_HOST_IDLE_SECONDS.read(environ)
     return CallSettings(
         show_all_ranks=SHOW_ALL_RANKS.read(environ),
         start_method=environ.get(_variables.START_METHOD, "fork").strip().lower() or "fork",

@@ -51,6 +51,13 @@ PRELOAD = "DATABRICKS_AIR_PRELOAD"
 MLFLOW = "DATABRICKS_AIR_MLFLOW"
 """Off (``0``, ``false``, ``no``, ``off``): no MLflow run per call, and ranks do not log loader metrics."""
 
+TRACKING_HOST = "DATABRICKS_AIR_TRACKING_HOST"
+"""Off: a script's calls import MLflow themselves rather than use the tracking host, a process of the user's that keeps
+MLflow imported between scripts (``_tracking/tracking_host.py``)."""
+
+TRACKING_HOST_IDLE_SECONDS = "DATABRICKS_AIR_TRACKING_HOST_IDLE_SECONDS"
+"""How long the tracking host waits for a call before it exits (default 600)."""
+
 LOG_UPLOAD_SECONDS = "DATABRICKS_AIR_LOG_UPLOAD_SECONDS"
 """How often the ranks' logs are uploaded to the call's MLflow run while it runs (default 30)."""
 

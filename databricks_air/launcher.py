@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, U
 
 from databricks.air import _log_folders as log_folders
 from databricks.air import _payload, _settings, _validation, _variables, compute
-from databricks.air._tracking import call_run, straggler_record
+from databricks.air._tracking import call_run, hosted_run, straggler_record
 from databricks.air._engine import launch as engine
 from databricks.air._switches import switched_on
 from databricks.air.asynchronous import DistributedFunctionCall
@@ -275,7 +275,7 @@ class DistributedFunction:
         params = {**self._run_params(), **prepared.params}
         started, deadline = prepared.started, prepared.deadline(self.timeout)
         run = (
-            call_run.CallRun.open(
+            hosted_run.open_call_run(
                 name, params, parent_run_id=prepared.parent, deadline=deadline, timeout=self.timeout, started=started
             )
             if settings.tracking

@@ -29,6 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # call as Ctrl-C does (SIGINT to the main thread) would wait out the call's timeout instead.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # No tracking host for anything the session starts: a script's tracked call would leave one running for 10
+    # minutes after the tests. The host's own tests start theirs in a temporary folder, and stop it.
+    os.environ["DATABRICKS_AIR_TRACKING_HOST"] = "0"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -69,6 +69,7 @@ def _clean_environment(tmp_path: Path, ray_directory: str) -> Dict[str, str]:
         {
             "DATABRICKS_AIR_ACCELERATOR_TYPE": "CPU",
             "DATABRICKS_AIR_MLFLOW": "0",
+            "DATABRICKS_AIR_TRACKING_HOST": "0",  # a page's tracked call would leave a host running
             # Keeps call logs inside the page's folder rather than the shared temp directory.
             "DATABRICKS_AIR_LOG_DIR": str(tmp_path / "databricks-air-logs"),
             # air run's registry, environments and secrets, rather than the user's ~/.air.

@@ -15,6 +15,7 @@ the root cause as a tag and the whole report as ``failure.txt``. It ends FINISHE
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import importlib.util
 import os
@@ -24,7 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from databricks.air import _notebook, _settings, _variables
 from databricks.air._tracking import progress, quiet, rank_side, warmup, writer
@@ -74,7 +75,64 @@ def active_run_id() -> Optional[str]:
     return main[-1].info.run_id if main else None
 
 
-class CallRun:
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """The process a call's run is made for: its pid (the run's :data:`CALLER_TAG`) and its notebook's or script's
+    name (the default experiment's name)."""
+
+    pid: int
+    name: Optional[str]
+
+    @classmethod
+    def this_process(cls) -> "Caller":
+        return cls(os.getpid(), notebook_or_script_name())
+
+
+def failure_note(failure: Optional[BaseException]) -> Optional[Tuple[str, str]]:
+    """What a run keeps of a call's failure: its class name and its message (the class name for an empty one)."""
+    if failure is None:
+        return None
+    return type(failure).__name__, str(failure) or type(failure).__name__
+
+
+class RunView:
+    """How a call's run is shown to the user: a line (or a link in a notebook), from the run's names alone."""
+
+    run_id: str
+    experiment_id: str
+    tracking_uri: str
+    name: str
+
+    @property
+    def url(self) -> Optional[str]:
+        """The run's page in the MLflow UI, for an HTTP store."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return None
+
+    def describe(self) -> str:
+        if self.url:
+            return f"MLflow run {self.name} ({self.run_id}): {self.url}"
+        return (
+            f"MLflow run {self.name} ({self.run_id}) in {self.tracking_uri}; to see it: "
+            f"mlflow ui --backend-store-uri {self.tracking_uri}"
+        )
+
+    def show(self) -> None:
+        """Show the run once: a link (HTML) in a Jupyter kernel, a plain line elsewhere."""
+        if self.url:
+            body = f'<a href="{html.escape(self.url)}" target="_blank">MLflow run {html.escape(self.name)}</a>'
+        else:
+            command = f"mlflow ui --backend-store-uri {self.tracking_uri}"
+            body = (
+                f"MLflow run <code>{html.escape(self.run_id)}</code> ({html.escape(self.name)}) in "
+                f"<code>{html.escape(self.tracking_uri)}</code>; to see it: <code>{html.escape(command)}</code>"
+            )
+        metadata = {"databricks.air": {"run_id": self.run_id}}
+        _notebook.show(body, PREFIX + f"{self.describe()}", metadata=metadata)
+
+
+class CallRun(RunView):
     """The MLflow run of one call."""
 
     def __init__(
@@ -112,6 +170,7 @@ class CallRun:
         deadline: Optional[float] = None,
         timeout: Optional[float] = None,
         started: Optional[float] = None,
+        caller: Optional["Caller"] = None,
     ) -> "CallRun":
         """Create the run (fails fast, naming the store and the switch, when the store cannot be reached).
 
@@ -120,12 +179,13 @@ class CallRun:
         raises :class:`LocalExecutionTimeoutError` saying what it waited for (MLflow's import, the store), and a run
         the thread makes later is ended at once: FAILED, as a call that timed out ends its run (KILLED after an
         interrupt). ``timeout``: the call's, for that message; ``started`` (``time.monotonic()``): when the call
-        began, so that the run's ``duration_seconds`` is the whole call's.
+        began, so that the run's ``duration_seconds`` is the whole call's. ``caller``: the process the run is for,
+        when it is not this one (the tracking host makes runs for other processes: :mod:`.tracking_host`).
 
         MLflow's INFO records of it are not shown; the first use of a SQLite store (seconds, to make its tables)
         says so on a terminal or in a notebook while it lasts."""
         began = time.monotonic()
-        warmup.start(open_store=False)  # begun ahead as a rule (decoration): then this changes nothing
+        warmup.start(open_store=False, hosted=False)  # begun ahead as a rule (decoration): then this changes nothing
         if not warmup.wait(deadline):
             if not warmup.imported():
                 raise _set_up_timeout(name, timeout, f"MLflow's import did not end within {_since(began)}")
@@ -142,7 +202,8 @@ class CallRun:
             raise _set_up_timeout(
                 name, timeout, f"MLflow's import took {_since(began)}, and no time was left to make the run"
             )
-        opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline)
+        caller = caller if caller is not None else Caller.this_process()
+        opening = _Opening(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline, caller)
         try:
             with progress.transient(_creating_store_note(uri)):
                 opened = opening.result(deadline)
@@ -164,11 +225,12 @@ class CallRun:
         parent_run_id: Optional[str],
         registry_uri: Optional[str],
         deadline: Optional[float],
+        caller: "Caller",
     ) -> "CallRun":
         with quiet.quiet():
             _check_reachable(uri, deadline)
             warmup.make_store_once(mlflow, uri)
-            return cls._open(mlflow, uri, name, params, parent_run_id, registry_uri)
+            return cls._open(mlflow, uri, name, params, parent_run_id, registry_uri, caller)
 
     @classmethod
     def _open(
@@ -179,20 +241,21 @@ class CallRun:
         params: Dict[str, Any],
         parent_run_id: Optional[str],
         registry_uri: Optional[str],
+        caller: "Caller",
     ) -> "CallRun":
         from mlflow.entities import Param
 
         client = mlflow.MlflowClient(uri)
         parent = client.get_run(parent_run_id) if parent_run_id else None
         tags = {"databricks.air.version": __version__, "databricks.air.host": socket.gethostname()}
-        caller = caller_identity(os.getpid())
-        if caller is not None:
-            tags[CALLER_TAG] = caller
+        identity = caller_identity(caller.pid)
+        if identity is not None:
+            tags[CALLER_TAG] = identity
         if parent is not None:
             experiment_id = parent.info.experiment_id
             tags["mlflow.parentRunId"] = parent.info.run_id
         else:
-            experiment_id = _experiment_id(client)
+            experiment_id = _experiment_id(client, caller.name)
         try:
             run = client.create_run(experiment_id, run_name=name, tags=tags)
         except Exception as error:  # any store failure
@@ -237,36 +300,6 @@ class CallRun:
         defaults = {"MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS": "1", "MLFLOW_REGISTRY_URI": self.registry_uri}
         environ.update({key: value for key, value in defaults.items() if value and key not in caller_environ})
         return environ
-
-    # --- showing the run -----------------------------------------------------------------------------------------
-
-    @property
-    def url(self) -> Optional[str]:
-        """The run's page in the MLflow UI, for an HTTP store."""
-        if self.tracking_uri.startswith(("http://", "https://")):
-            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        return None
-
-    def describe(self) -> str:
-        if self.url:
-            return f"MLflow run {self.name} ({self.run_id}): {self.url}"
-        return (
-            f"MLflow run {self.name} ({self.run_id}) in {self.tracking_uri}; to see it: "
-            f"mlflow ui --backend-store-uri {self.tracking_uri}"
-        )
-
-    def show(self) -> None:
-        """Show the run once: a link (HTML) in a Jupyter kernel, a plain line elsewhere."""
-        if self.url:
-            body = f'<a href="{html.escape(self.url)}" target="_blank">MLflow run {html.escape(self.name)}</a>'
-        else:
-            command = f"mlflow ui --backend-store-uri {self.tracking_uri}"
-            body = (
-                f"MLflow run <code>{html.escape(self.run_id)}</code> ({html.escape(self.name)}) in "
-                f"<code>{html.escape(self.tracking_uri)}</code>; to see it: <code>{html.escape(command)}</code>"
-            )
-        metadata = {"databricks.air": {"run_id": self.run_id}}
-        _notebook.show(body, PREFIX + f"{self.describe()}", metadata=metadata)
 
     # --- logs and the end ----------------------------------------------------------------------------------------
 
@@ -327,6 +360,12 @@ class CallRun:
         if self._metrics_writer is None or not self._metrics_writer.log(points):
             self.client.log_batch(self.run_id, metrics=points)
 
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
+    def delete_tag(self, key: str) -> None:
+        self.client.delete_tag(self.run_id, key)
+
     def keep_snapshot(self, report: Any) -> None:
         """Attach a report of where the ranks were (a :class:`~databricks.air._engine.stop_report.StopReport`):
         its folder's files under ``snapshot/`` (a stall's under ``snapshot/stall_<n>/``), and a tag naming the
@@ -360,17 +399,18 @@ class CallRun:
 
     def close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException] = None) -> None:
         """Final log upload, duration, failure report; then the run's end status."""
+        self.end(status, log_dir, failure_note(failure))
+
+    def end(self, status: str, log_dir: Optional[str], failure: Optional[Tuple[str, str]]) -> None:
+        """:meth:`close` with the failure as :func:`failure_note` keeps it (what crosses to the tracking host)."""
         with quiet.quiet():
-            self._close(status, log_dir, failure)
+            try:
+                if self._metrics_writer is not None:
+                    self._metrics_writer.close()  # the ranks' last points, before the run ends
+            finally:
+                self._close_after_metrics(status, log_dir, failure)
 
-    def _close(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
-        try:
-            if self._metrics_writer is not None:
-                self._metrics_writer.close()  # the ranks' last points, before the run ends
-        finally:
-            self._close_after_metrics(status, log_dir, failure)
-
-    def _close_after_metrics(self, status: str, log_dir: Optional[str], failure: Optional[BaseException]) -> None:
+    def _close_after_metrics(self, status: str, log_dir: Optional[str], failure: Optional[Tuple[str, str]]) -> None:
         if self._uploader is not None:
             self._uploader.stop()
         if self._monitor is not None:
@@ -383,9 +423,9 @@ class CallRun:
                 self.upload_logs(log_dir)
             self.client.log_metric(self.run_id, "duration_seconds", time.time() - self.started)
             if failure is not None:
-                report = str(failure) or type(failure).__name__
+                kind, report = failure
                 self.client.set_tag(self.run_id, "databricks.air.failure", report.splitlines()[0][:_TAG_LIMIT])
-                self.client.log_text(self.run_id, f"{type(failure).__name__}: {report}\n", "failure.txt")
+                self.client.log_text(self.run_id, f"{kind}: {report}\n", "failure.txt")
         finally:
             self.client.set_terminated(self.run_id, status)
 
@@ -509,6 +549,7 @@ class _Opening:
         parent_run_id: Optional[str],
         registry_uri: Optional[str],
         deadline: Optional[float],
+        caller: "Caller",
     ) -> None:
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -517,7 +558,7 @@ class _Opening:
         self._abandoned: Optional[str] = None  # the status a run made after the call gave up on it ends with
         self._thread = threading.Thread(
             target=self._make,
-            args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline),
+            args=(cls, mlflow, uri, name, params, parent_run_id, registry_uri, deadline, caller),
             name="databricks.air MLflow run",
             daemon=True,
         )
@@ -617,8 +658,9 @@ def _check_reachable(uri: str, deadline: Optional[float] = None) -> None:
         ) from None
 
 
-def _experiment_id(client: Any) -> str:
-    """The experiment for a top-level run (see the module docstring for the order)."""
+def _experiment_id(client: Any, caller_name: Optional[str]) -> str:
+    """The experiment for a top-level run (see the module docstring for the order); ``caller_name``: the caller's
+    notebook or script name (:func:`notebook_or_script_name` in the caller)."""
     from mlflow.tracking import fluent
 
     chosen = getattr(fluent, "_active_experiment_id", None)  # set by mlflow.set_experiment in this process
@@ -629,9 +671,8 @@ def _experiment_id(client: Any) -> str:
         return _get_or_create(client, name)
     if os.environ.get("MLFLOW_EXPERIMENT_ID"):
         return os.environ["MLFLOW_EXPERIMENT_ID"]
-    name = notebook_or_script_name()
-    if name:
-        return _get_or_create(client, name)
+    if caller_name:
+        return _get_or_create(client, caller_name)
     return "0"  # MLflow's default experiment
 
 

@@ -37,9 +37,9 @@ class StragglerRecord:
         try:
             self.run.log_call_metrics(news.window.metrics(), step=news.window.number)
             if news.named is not None:
-                self.run.client.set_tag(self.run.run_id, STRAGGLER_TAG, str(news.named.rank))
+                self.run.set_tag(STRAGGLER_TAG, str(news.named.rank))
             elif news.ended is not None:
-                self.run.client.delete_tag(self.run.run_id, STRAGGLER_TAG)
+                self.run.delete_tag(STRAGGLER_TAG)
         except Exception as error:  # noqa: BLE001 - the run's store must never stop the call
             self._failed = True
             notice(f"could not record the straggler figures in the MLflow run: {error}")

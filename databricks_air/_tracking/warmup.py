@@ -69,12 +69,20 @@ def wanted() -> bool:
     return not switched_off(_variables.MLFLOW) and "RANK" not in os.environ
 
 
-def start(open_store: bool = True) -> None:
+def start(open_store: bool = True, hosted: bool = True) -> None:
     """Start the warm-up in the background, unless it is not wanted or has been done; ``open_store``: also open the
-    store of the current tracking URI once MLflow is imported (when it is a SQLite file that exists)."""
+    store of the current tracking URI once MLflow is imported (when it is a SQLite file that exists). ``hosted``:
+    where this process's calls use the tracking host (:mod:`.host_start`), start that instead (if none runs), and
+    import nothing here."""
     global _thread, _open_store, _busy
     if not wanted():
         return
+    if hosted:
+        from databricks.air._tracking import host_start
+
+        if host_start.preferred():
+            host_start.start_host_in_background()
+            return
     with _lock:
         _open_store = _open_store or open_store
         if _busy or (_imported and (_store_tried or not _open_store)):

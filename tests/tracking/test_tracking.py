@@ -224,7 +224,7 @@ def test_the_run_and_metrics_folder_of_a_killed_caller_are_ended_by_the_next_cal
     folder = Path(flag.read_text()).parent
     client = mlflow.MlflowClient(store)
     killed = only_run(client, "killed-callers")
-    assert killed.info.status == "RUNNING" and folder.is_dir()
+    assert killed.info.status == "RUNNING"  # its folder, left behind too, may go meanwhile: any call removes such
 
     assert cpu2(lambda: 1).distributed() == [1, 1]
     assert not folder.exists()
