@@ -32,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # No tracking host for anything the session starts: a script's tracked call would leave one running for 10
     # minutes after the tests. The host's own tests start theirs in a temporary folder, and stop it.
     os.environ["DATABRICKS_AIR_TRACKING_HOST"] = "0"
+    # Bytecode caches written (some machines turn them off, PYTHONDONTWRITEBYTECODE=1): the suite starts about a
+    # thousand fresh interpreters, and each would compile this package's modules again (60 ms of CPU time each).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -39,7 +39,7 @@ import signal
 import socket
 import struct
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from databricks.air import _settings
 from databricks.air._tracking.host_start import PID, SOCKET, take_lock
@@ -192,7 +192,7 @@ def serve(connection: socket.socket) -> None:
         return
     names = {"run_id": run.run_id, "experiment_id": run.experiment_id, "tracking_uri": run.tracking_uri}
     if not _answer(send, connection, {"op": "opened", "run": dict(names, registry_uri=run.registry_uri)}):
-        run.end("KILLED", None, ("CallerGone", "its caller stopped waiting for it (interrupted?)"))
+        run.end("KILLED", None, _caller_left(message["caller"].pid))
         return
     ended = False
     while not ended:
@@ -203,8 +203,7 @@ def serve(connection: socket.socket) -> None:
         for fd in extra:
             os.close(fd)
         if request is None:
-            pid = message["caller"].pid
-            run.end("KILLED", None, ("CallerGone", f"its caller (pid {pid}) ended without ending the run (killed?)"))
+            run.end("KILLED", None, _caller_left(message["caller"].pid))
             return
         method = request.get("method")
         if request.get("op") != "call" or method not in METHODS:
@@ -216,8 +215,20 @@ def serve(connection: socket.socket) -> None:
                 answer = {"op": "error", "error": portable(error)}
         ended = method == "end"
         if not _answer(send, connection, answer) and not ended:
-            run.end("KILLED", None, ("CallerGone", "its caller's connection broke before it ended the run"))
+            run.end("KILLED", None, _caller_left(message["caller"].pid))
             return
+
+
+def _caller_left(pid: int) -> Tuple[str, str]:
+    """Why a run ends KILLED when its caller's connection ends before the call ended the run."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = b"X"
+    if state in (b"Z", b"X"):  # gone, or a zombie its parent has not waited for yet
+        return "CallerGone", f"its caller (pid {pid}) ended without ending the run (killed?)"
+    return "CallerGone", f"its caller (pid {pid}) stopped waiting for it (interrupted?)"
 
 
 def _answer(send: Any, connection: socket.socket, message: Dict[str, Any]) -> bool:
