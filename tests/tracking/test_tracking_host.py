@@ -105,13 +105,22 @@ def runs(folder: Path) -> List[Any]:
     return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
-def test_a_scripts_call_is_tracked_by_the_host_and_never_imports_mlflow(host_tmp: str, tmp_path: Path) -> None:
+def test_a_scripts_call_is_tracked_by_the_host_on_a_private_socket_and_never_imports_mlflow(
+    host_tmp: str, tmp_path: Path
+) -> None:
     first = run_script(tmp_path / "one", host_environ(host_tmp))
     assert first["values"] == [0, 1] and first["error"] is None, first
     assert not first["mlflow_here"], first  # the first script started the host and waited for it
     pid = host_pid(host_tmp)
     second = run_script(tmp_path / "one", host_environ(host_tmp))
     assert not second["mlflow_here"] and host_pid(host_tmp) == pid  # the same host served it
+
+    # no network port; a socket only this user can reach
+    host = psutil.Process(pid)
+    assert [c for c in host.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+    (folder,) = host_folders(host_tmp)
+    assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(folder / host_start.SOCKET).st_mode & 0o777) == "0o600"
 
     done = {run.info.run_id: run for run in runs(tmp_path / "one")}
     assert len(done) == 2
@@ -131,15 +140,6 @@ def test_a_scripts_call_is_tracked_by_the_host_and_never_imports_mlflow(host_tmp
         assert run.info.artifact_uri.startswith(str(tmp_path / "one" / "mlruns"))
         artifacts = Path(run.info.artifact_uri.removeprefix("file://")) / "logs"
         assert (artifacts / "rank_0.txt").exists()
-
-
-def test_the_host_listens_on_no_network_socket_and_its_folder_is_private(host_tmp: str, tmp_path: Path) -> None:
-    run_script(tmp_path, host_environ(host_tmp), steps=0)
-    (folder,) = host_folders(host_tmp)
-    host = psutil.Process(host_pid(host_tmp))
-    assert [c for c in host.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
-    assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
-    assert oct(os.stat(folder / host_start.SOCKET).st_mode & 0o777) == "0o600"
 
 
 def test_a_caller_killed_mid_call_has_its_run_ended_killed_by_the_host(host_tmp: str, tmp_path: Path) -> None:
@@ -203,7 +203,14 @@ def test_a_store_that_cannot_be_opened_fails_with_the_same_error_as_without_a_ho
     (tmp_path / "a-file").write_text("")
     uri = f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}"  # a folder that is a file
     hosted = run_script(tmp_path / "h", host_environ(host_tmp, MLFLOW_TRACKING_URI=uri))
-    here = run_script(tmp_path / "i", host_environ(host_tmp, MLFLOW_TRACKING_URI=uri, DATABRICKS_AIR_TRACKING_HOST="0"))
+    private = tempfile.mkdtemp(prefix="airh-off-", dir="/tmp")
+    try:  # switched off: the script imports MLflow and makes its run itself, and no host is started
+        here = run_script(
+            tmp_path / "i", host_environ(private, MLFLOW_TRACKING_URI=uri, DATABRICKS_AIR_TRACKING_HOST="0")
+        )
+        assert host_folders(private) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     assert hosted["error"]["class"] == here["error"]["class"] == "RuntimeConfigurationError", (hosted, here)
     assert hosted["error"]["message"] == here["error"]["message"]
     assert not hosted["mlflow_here"] and here["mlflow_here"]
@@ -221,17 +228,7 @@ def test_a_script_that_imported_mlflow_makes_its_run_itself_where_it_chose(host_
     assert run.data.tags["databricks.air.caller"].startswith(f"{result['pid']}:")
 
 
-def test_switched_off_no_host_is_started(tmp_path: Path) -> None:
-    private = tempfile.mkdtemp(prefix="airh-off-", dir="/tmp")
-    try:
-        result = run_script(tmp_path, host_environ(private, DATABRICKS_AIR_TRACKING_HOST="0"), steps=1)
-        assert result["values"] == [0, 1] and result["mlflow_here"]
-        assert host_folders(private) == []
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-
-
-def test_an_idle_host_exits_and_the_next_script_starts_another(tmp_path: Path) -> None:
+def test_an_idle_host_exits_and_removes_its_socket(tmp_path: Path) -> None:
     private = tempfile.mkdtemp(prefix="airh-idle-", dir="/tmp")
     try:
         environ = host_environ(private, DATABRICKS_AIR_TRACKING_HOST_IDLE_SECONDS="1")
@@ -239,10 +236,7 @@ def test_an_idle_host_exits_and_the_next_script_starts_another(tmp_path: Path) -
         (folder,) = host_folders(private)
         first = host_pid(private)
         assert wait_until(lambda: not psutil.pid_exists(first), 30, interval=0.1)
-        assert not (folder / host_start.SOCKET).exists()  # it removed its socket on the way out
-        result = run_script(tmp_path, environ, steps=0)
-        assert result["values"] == [0, 1] and not result["mlflow_here"]
-        assert wait_until(lambda: host_pid(private) != first, 30, interval=0.1)
+        assert not (folder / host_start.SOCKET).exists()  # the next call finds none, and starts one as the first did
     finally:
         for folder in host_folders(private):
             tracking_host.stop(str(folder))
