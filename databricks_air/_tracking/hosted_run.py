@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, Optional
 
 from databricks.air import _settings
-from databricks.air._tracking.host_start import LOG, SOCKET, folder, preferred, start_host
+from databricks.air._tracking.host_start import LOG, SOCKET, folder, preferred, start_host, take_lock
 from databricks.air._tracking.call_run import Caller, RunView, failure_note
 from databricks.air._notices import notice
 
@@ -45,7 +45,7 @@ def _connect(deadline: Optional[float]) -> socket.socket:
     limit = time.monotonic() + START_SECONDS
     if deadline is not None:
         limit = min(limit, deadline)
-    started = False
+    asked: Optional[float] = None  # when this call made sure a host was starting
     while True:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -53,12 +53,28 @@ def _connect(deadline: Optional[float]) -> socket.socket:
             return connection
         except (FileNotFoundError, ConnectionRefusedError):
             connection.close()
-        if not started:
+        now = time.monotonic()
+        if asked is None:
             start_host()  # none runs (or one is starting: then this does nothing)
-            started = True
-        if time.monotonic() >= limit:
+            asked = now
+        elif now - asked > _DEAD_AFTER_SECONDS and _no_host(where):  # it started, and ended without listening
+            raise HostUnavailable(f"the tracking host ended as it started (see {os.path.join(where, LOG)})")
+        if now >= limit:
             raise HostUnavailable(f"the tracking host did not start (see {os.path.join(where, LOG)})")
         time.sleep(0.01)
+
+
+_DEAD_AFTER_SECONDS = 5.0
+"""How long a host may take to take its lock (a fresh interpreter's start) before a free lock means it died."""
+
+
+def _no_host(where: str) -> bool:
+    """Whether no host holds ``where``'s lock (none runs, and none is starting)."""
+    lock = take_lock(where)
+    if lock is None:
+        return False
+    os.close(lock)
+    return True
 
 
 class HostedRun(RunView):
@@ -200,6 +216,7 @@ def open_call_run(
 ) -> Any:
     """A ``.distributed()`` call's run: made by the tracking host where :func:`preferred` (a :class:`HostedRun`),
     else here (a :class:`~databricks.air._tracking.call_run.CallRun`), with the same methods and errors."""
+    from databricks.air._tracking import call_run
     from databricks.air._tracking.call_run import CallRun
 
     if parent_run_id is None and preferred():
@@ -207,9 +224,15 @@ def open_call_run(
             try:
                 return open_run(name, params, deadline=deadline, timeout=timeout, started=started)
             except HostUnavailable as error:
-                if attempt == 1 or (deadline is not None and time.monotonic() >= deadline):
+                if deadline is not None and time.monotonic() >= deadline:
+                    began = started if started is not None else deadline
+                    raise call_run._set_up_timeout(
+                        name,
+                        timeout,
+                        f"the tracking host (which imports MLflow) was not ready within {call_run._since(began)}",
+                    ) from None
+                if attempt == 1:
                     _fall_back_notice(error)
-                    break
     return CallRun.open(name, params, parent_run_id=parent_run_id, deadline=deadline, timeout=timeout, started=started)
 
 

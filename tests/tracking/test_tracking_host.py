@@ -88,6 +88,18 @@ def run_script(
     return result
 
 
+def running_host(environ: Dict[str, str]) -> Path:
+    """The folder of the host ``environ`` reaches, started if need be, once it listens."""
+    code = "from databricks.air._tracking.host_start import folder, start_host; start_host(); print(folder())"
+    where = Path(
+        subprocess.run(
+            [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    assert wait_until(lambda: (where / host_start.SOCKET).exists(), 120, interval=0.05)
+    return where
+
+
 def host_folders(host_tmp: str) -> List[Path]:
     return sorted(Path(host_tmp).glob(f"databricks-air-{os.getuid()}/tracking/*"))
 
@@ -185,13 +197,14 @@ def test_a_store_that_never_answers_times_out_in_the_caller_with_the_calls_error
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    running_host(host_environ(host_tmp))  # what is timed is the store, not the host's start
     try:
         began = time.monotonic()
         result = run_script(tmp_path, host_environ(host_tmp, MLFLOW_TRACKING_URI=uri), timeout=3)
     finally:
         listener.close()
     assert result["error"]["class"] == "LocalExecutionTimeoutError", result  # the class crossed from the host
-    assert f"the MLflow store at {uri} did not answer within" in result["error"]["message"]
+    assert f"the MLflow store at {uri} did not answer within" in result["error"]["message"], result["stderr"]
     assert "its timeout of 3 s" in result["error"]["message"]
     assert time.monotonic() - began < 60
     assert not result["mlflow_here"]
@@ -274,3 +287,25 @@ def test_preferred_only_for_a_script_that_has_not_imported_mlflow(monkeypatch: p
             assert not host_start.preferred(), variable
     monkeypatch.setattr(host_start, "_interactive", lambda: True)  # a notebook imports MLflow between its cells
     assert not host_start.preferred()
+
+
+def test_a_host_that_dies_as_it_starts_costs_a_script_seconds_and_it_makes_its_run_itself(tmp_path: Path) -> None:
+    private = tempfile.mkdtemp(prefix="airh-dead-", dir="/tmp")
+    try:
+        environ = host_environ(private)
+        code = "from databricks.air._tracking.host_start import folder; print(folder())"
+        where = subprocess.run(
+            [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        (Path(where) / host_start.SOCKET).mkdir()  # where the host binds its socket: it fails, and ends
+        began = time.monotonic()
+        result = run_script(tmp_path, environ, steps=0)
+        took = time.monotonic() - began
+        assert result["values"] == [0, 1] and result["mlflow_here"], result
+        assert "the tracking host ended as it started" in result["stderr"], result["stderr"]
+        assert took < 45, took  # not the minute a host that is still starting is given
+        assert "IsADirectoryError" in (Path(where) / host_start.LOG).read_text()  # why, in its log
+        (run,) = runs(tmp_path)
+        assert run.info.status == "FINISHED"
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
