@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from databricks.air import _settings
 from databricks.air._tracking.host_start import LOG, SOCKET, folder, preferred, start_host, take_lock
@@ -77,6 +77,17 @@ def _no_host(where: str) -> bool:
     return True
 
 
+def _answered(answer: Optional[Dict[str, Any]], fds: List[int], gone: BaseException) -> Dict[str, Any]:
+    """A host's answer: ``gone`` raised at EOF, the host's error raised as it was (class kept); descriptors closed."""
+    for fd in fds:
+        os.close(fd)
+    if answer is None:
+        raise gone
+    if answer["op"] == "error":
+        raise answer["error"]
+    return answer
+
+
 class HostedRun(RunView):
     """A call's run made and kept by the tracking host: the methods of
     :class:`~databricks.air._tracking.call_run.CallRun` that a call uses, each done there."""
@@ -99,13 +110,7 @@ class HostedRun(RunView):
                 answer, fds = receive(self._connection)
             except OSError as error:
                 raise RuntimeError(f"the tracking host's process for this call is gone ({error})") from None
-            for fd in fds:
-                os.close(fd)
-        if answer is None:
-            raise RuntimeError("the tracking host's process for this call is gone")
-        if answer["op"] == "error":
-            raise answer["error"]
-        return answer["value"]
+        return _answered(answer, fds, RuntimeError("the tracking host's process for this call is gone"))["value"]
 
     def environ_for_ranks(self, caller_environ: Any) -> Dict[str, str]:
         environ: Dict[str, str] = self._ask("environ_for_ranks", dict(caller_environ))
@@ -193,12 +198,7 @@ def open_run(
             raise HostUnavailable(f"the tracking host's connection broke: {error}") from None
         finally:
             connection.settimeout(None)
-        for fd in fds:
-            os.close(fd)
-        if answer is None:
-            raise HostUnavailable("the tracking host ended before it made the run")
-        if answer["op"] == "error":
-            raise answer["error"]
+        answer = _answered(answer, fds, HostUnavailable("the tracking host ended before it made the run"))
         return HostedRun(connection, name, answer["run"])
     except BaseException:
         connection.close()  # the host's process for this call ends any run it made (KILLED)
