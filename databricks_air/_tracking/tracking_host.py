@@ -223,10 +223,13 @@ def _caller_left(pid: int) -> Tuple[str, str]:
     """Why a run ends KILLED when its caller's connection ends before the call ended the run."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        state = b"X"
-    if state in (b"Z", b"X"):  # gone, or a zombie its parent has not waited for yet
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        state, flags = fields[0], int(fields[6])
+    except (OSError, IndexError, ValueError):
+        state, flags = b"X", 0
+    # Gone, a zombie its parent has not waited for yet, or on its way out: a process's sockets close while it exits
+    # (PF_EXITING, 0x4, is set first), before it becomes a zombie.
+    if state in (b"Z", b"X") or flags & 0x4:
         return "CallerGone", f"its caller (pid {pid}) ended without ending the run (killed?)"
     return "CallerGone", f"its caller (pid {pid}) stopped waiting for it (interrupted?)"
 

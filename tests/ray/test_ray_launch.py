@@ -128,7 +128,12 @@ def test_arguments_are_checked_against_the_users_signature() -> None:
     assert "squares_on_the_cluster" in repr(job)
 
 
-def test_ray_launch_has_the_decorators_validation_and_deprecations(caplog: pytest.LogCaptureFixture) -> None:
+def test_ray_launch_has_the_decorators_validation_and_deprecations(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from databricks.air import _validation
+
+    monkeypatch.setattr(_validation, "_NOTED", set())  # each note is given once per process: a test before may have
     with pytest.warns(FutureWarning, match=r"use num_accelerators=2 in @ray_launch") as record:
         job = ray_launch(gpus=2, accelerator_type="CPU")(squares_on_the_cluster)
     # attributed to the user's line (importing Ray for the first time in a process may warn too)
