@@ -488,16 +488,22 @@ def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
     return ended
 
 
-def _process_start(pid: int) -> Optional[str]:
-    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); ``None`` if there is
+def process_stat(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name, from the state (field 3) on; ``None`` if there is
     no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stream:
             stat = stream.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name, in parentheses, may hold spaces
-    return fields[19].decode() if len(fields) > 19 else None
+    return stat[stat.rindex(b")") + 2 :].split()  # the command name, in parentheses, may hold spaces
+
+
+def _process_start(pid: int) -> Optional[str]:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``, field 22); ``None`` if there is
+    no such process."""
+    fields = process_stat(pid)
+    return fields[19].decode() if fields is not None and len(fields) > 19 else None
 
 
 def _pid_namespace() -> Optional[str]:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import fcntl
+import functools
 import threading
 from typing import List, Optional, Tuple
 
@@ -37,6 +38,15 @@ def take_lock(folder: str) -> Optional[int]:
         os.close(fd)
         return None
     return fd
+
+
+def host_running(folder: str) -> bool:
+    """Whether a host holds ``folder``'s lock: one runs there, or is starting."""
+    lock = take_lock(folder)
+    if lock is None:
+        return True
+    os.close(lock)
+    return False
 
 
 def preferred() -> bool:
@@ -65,7 +75,9 @@ def folder() -> str:
     return user_folder("tracking", _fingerprint())
 
 
+@functools.lru_cache(maxsize=None)
 def _fingerprint() -> str:
+    """Computed once per process: the code this process runs is what it loaded."""
     site = [entry for entry in sys.path if "site-packages" in entry or "dist-packages" in entry]
     stamps: List[Tuple[str, float]] = []
     for entry in site:
@@ -91,10 +103,8 @@ def start_host() -> None:
     lock meanwhile); returns at once."""
     with _start_lock:
         where = folder()
-        lock = take_lock(where)
-        if lock is None:
-            return  # running, or starting
-        os.close(lock)  # free for the host (another caller starting one too: one of them exits at once)
+        if host_running(where):
+            return  # the lock is free for the host now (another caller starting one too: one of them exits at once)
         from databricks.air._engine.processes import python_command
 
         environ = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}

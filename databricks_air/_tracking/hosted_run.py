@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from databricks.air import _settings
-from databricks.air._tracking.host_start import LOG, SOCKET, folder, preferred, start_host, take_lock
+from databricks.air._tracking.host_start import LOG, SOCKET, folder, host_running, preferred, start_host
 from databricks.air._tracking.call_run import Caller, RunView, failure_note
 from databricks.air._notices import notice
 
@@ -57,7 +57,7 @@ def _connect(deadline: Optional[float]) -> socket.socket:
         if asked is None:
             start_host()  # none runs (or one is starting: then this does nothing)
             asked = now
-        elif now - asked > _DEAD_AFTER_SECONDS and _no_host(where):  # it started, and ended without listening
+        elif now - asked > _DEAD_AFTER_SECONDS and not host_running(where):  # it started, and ended unheard
             raise HostUnavailable(f"the tracking host ended as it started (see {os.path.join(where, LOG)})")
         if now >= limit:
             raise HostUnavailable(f"the tracking host did not start (see {os.path.join(where, LOG)})")
@@ -66,15 +66,6 @@ def _connect(deadline: Optional[float]) -> socket.socket:
 
 _DEAD_AFTER_SECONDS = 5.0
 """How long a host may take to take its lock (a fresh interpreter's start) before a free lock means it died."""
-
-
-def _no_host(where: str) -> bool:
-    """Whether no host holds ``where``'s lock (none runs, and none is starting)."""
-    lock = take_lock(where)
-    if lock is None:
-        return False
-    os.close(lock)
-    return True
 
 
 def _answered(answer: Optional[Dict[str, Any]], fds: List[int], gone: BaseException) -> Dict[str, Any]:
@@ -217,7 +208,6 @@ def open_call_run(
     """A ``.distributed()`` call's run: made by the tracking host where :func:`preferred` (a :class:`HostedRun`),
     else here (a :class:`~databricks.air._tracking.call_run.CallRun`), with the same methods and errors."""
     from databricks.air._tracking import call_run
-    from databricks.air._tracking.call_run import CallRun
 
     if parent_run_id is None and preferred():
         for attempt in range(2):  # a host that has just reached its idle time closes the connections it holds
@@ -233,7 +223,9 @@ def open_call_run(
                     ) from None
                 if attempt == 1:
                     _fall_back_notice(error)
-    return CallRun.open(name, params, parent_run_id=parent_run_id, deadline=deadline, timeout=timeout, started=started)
+    return call_run.CallRun.open(
+        name, params, parent_run_id=parent_run_id, deadline=deadline, timeout=timeout, started=started
+    )
 
 
 def _fall_back_notice(error: HostUnavailable) -> None:

@@ -39,10 +39,12 @@ import signal
 import socket
 import struct
 import sys
+import time
 from typing import Any, Dict, Tuple
 
 from databricks.air import _settings
-from databricks.air._tracking.host_start import PID, SOCKET, take_lock
+from databricks.air._engine.rank_server import receive, send
+from databricks.air._tracking.host_start import PID, SOCKET, host_running, take_lock
 
 METHODS = frozenset(
     {
@@ -128,16 +130,12 @@ def main() -> None:
 def stop(folder: str, timeout: float = 10.0) -> bool:
     """Stop ``folder``'s host, if one runs (its callers' processes go on to their calls' ends); whether none runs
     now."""
-    import time
-
     try:
         with open(os.path.join(folder, PID)) as pid_file:
             pid = int(pid_file.read().strip() or 0)
     except (OSError, ValueError):
         pid = 0
-    lock = take_lock(folder)
-    if lock is not None:
-        os.close(lock)
+    if not host_running(folder):
         return True
     if pid > 0:
         try:
@@ -146,9 +144,7 @@ def stop(folder: str, timeout: float = 10.0) -> bool:
             pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lock = take_lock(folder)
-        if lock is not None:
-            os.close(lock)
+        if not host_running(folder):
             return True
         time.sleep(0.02)
     return False
@@ -162,8 +158,6 @@ def _same_user(connection: socket.socket) -> bool:
 
 def serve(connection: socket.socket) -> None:
     """One caller's run, in the child forked for it."""
-    from databricks.air._engine.rank_server import receive, send
-
     message, fds = receive(connection)
     if message is None or message.get("op") != "open" or len(fds) != 2:
         for fd in fds:
@@ -188,11 +182,12 @@ def serve(connection: socket.socket) -> None:
             caller=message["caller"],
         )
     except BaseException as error:  # noqa: BLE001 - the caller raises it
-        _answer(send, connection, {"op": "error", "error": portable(error)})
+        _answer(connection, {"op": "error", "error": portable(error)})
         return
+    caller_pid = message["caller"].pid
     names = {"run_id": run.run_id, "experiment_id": run.experiment_id, "tracking_uri": run.tracking_uri}
-    if not _answer(send, connection, {"op": "opened", "run": dict(names, registry_uri=run.registry_uri)}):
-        run.end("KILLED", None, _caller_left(message["caller"].pid))
+    if not _answer(connection, {"op": "opened", "run": dict(names, registry_uri=run.registry_uri)}):
+        run.end("KILLED", None, _caller_left(caller_pid))
         return
     ended = False
     while not ended:
@@ -203,7 +198,7 @@ def serve(connection: socket.socket) -> None:
         for fd in extra:
             os.close(fd)
         if request is None:
-            run.end("KILLED", None, _caller_left(message["caller"].pid))
+            run.end("KILLED", None, _caller_left(caller_pid))
             return
         method = request.get("method")
         if request.get("op") != "call" or method not in METHODS:
@@ -214,27 +209,24 @@ def serve(connection: socket.socket) -> None:
             except BaseException as error:  # noqa: BLE001 - the caller raises it
                 answer = {"op": "error", "error": portable(error)}
         ended = method == "end"
-        if not _answer(send, connection, answer) and not ended:
-            run.end("KILLED", None, _caller_left(message["caller"].pid))
+        if not _answer(connection, answer) and not ended:
+            run.end("KILLED", None, _caller_left(caller_pid))
             return
 
 
 def _caller_left(pid: int) -> Tuple[str, str]:
     """Why a run ends KILLED when its caller's connection ends before the call ended the run."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        state, flags = fields[0], int(fields[6])
-    except (OSError, IndexError, ValueError):
-        state, flags = b"X", 0
+    from databricks.air._tracking.call_run import process_stat
+
+    fields = process_stat(pid)
     # Gone, a zombie its parent has not waited for yet, or on its way out: a process's sockets close while it exits
-    # (PF_EXITING, 0x4, is set first), before it becomes a zombie.
-    if state in (b"Z", b"X") or flags & 0x4:
+    # (PF_EXITING, 0x4 in its flags, is set first), before it becomes a zombie.
+    if fields is None or fields[0] in (b"Z", b"X") or int(fields[6]) & 0x4:
         return "CallerGone", f"its caller (pid {pid}) ended without ending the run (killed?)"
     return "CallerGone", f"its caller (pid {pid}) stopped waiting for it (interrupted?)"
 
 
-def _answer(send: Any, connection: socket.socket, message: Dict[str, Any]) -> bool:
+def _answer(connection: socket.socket, message: Dict[str, Any]) -> bool:
     try:
         send(connection, message)
     except OSError:
