@@ -267,7 +267,10 @@ class CallRun(RunView):
         snapshot = base64.b64encode(run.to_proto().SerializeToString()).decode()
         opened = cls(client, run.info.run_id, experiment_id, uri, name, registry_uri=registry_uri, snapshot=snapshot)
         opened.orphan_sweep = threading.Thread(  # off the call's way: a search of the store takes its time
-            target=end_orphaned_runs, args=(client, experiment_id), name="databricks.air orphaned runs", daemon=True
+            target=end_orphaned_runs,
+            args=(client, experiment_id, run.info.run_id),
+            name="databricks.air orphaned runs",
+            daemon=True,
         )
         opened.orphan_sweep.start()
         return opened
@@ -458,9 +461,11 @@ def caller_gone(identity: str) -> bool:
     return _process_start(pid) != start  # ended, or its pid was given to a new process
 
 
-def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
+def end_orphaned_runs(client: Any, experiment_id: str, own_run_id: Optional[str] = None) -> List[str]:
     """End as KILLED the RUNNING runs of ``experiment_id`` made on this machine whose caller has ended without ending
-    them; return their ids. Never raises: the next call tries again."""
+    them; return their ids. Never raises: the next call tries again. ``own_run_id``, the sweeping call's own run, is
+    left to its call: made by the tracking host, its caller may die while the sweep runs, and the host's process for
+    that caller ends it, saying so."""
     host = socket.gethostname().replace("'", "")
     ended: List[str] = []
     try:
@@ -471,6 +476,8 @@ def end_orphaned_runs(client: Any, experiment_id: str) -> List[str]:
                 max_results=1000,
             )
             for run in runs:
+                if run.info.run_id == own_run_id:
+                    continue
                 caller = run.data.tags.get(CALLER_TAG)
                 if not caller or not caller_gone(caller):
                     continue

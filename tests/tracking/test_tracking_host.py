@@ -309,3 +309,20 @@ def test_a_host_that_dies_as_it_starts_costs_a_script_seconds_and_it_makes_its_r
         assert run.info.status == "FINISHED"
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def test_the_orphan_sweep_of_a_call_leaves_its_own_run_to_it(tmp_path: Path) -> None:
+    # Made by the host, a call's run may lose its caller while the sweep that its own opening started runs: the host's
+    # process for that caller ends it, saying why, and the sweep must not end it first with its own words.
+    import mlflow
+
+    from databricks.air._tracking import call_run
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = call_run.caller_identity(gone.pid)
+    gone.wait()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tags = {call_run.CALLER_TAG: identity, "databricks.air.host": socket.gethostname()}
+    own, other = (client.create_run("0", tags=tags).info.run_id for _ in range(2))
+    assert call_run.end_orphaned_runs(client, "0", own_run_id=own) == [other]
+    assert client.get_run(own).info.status == "RUNNING" and client.get_run(other).info.status == "KILLED"
