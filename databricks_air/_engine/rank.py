@@ -38,7 +38,7 @@ from typing import Optional
 
 import cloudpickle
 
-from databricks.air._engine import by_value, rank_hooks, rank_probe
+from databricks.air._engine import by_value, learned_imports, rank_hooks, rank_probe
 from databricks.air._engine.call_files import CallFiles, RankSetup
 from databricks.air._engine.outcome import OutcomeKind, RankRecord
 from databricks.air._engine.process_groups import keep_destroyed_groups
@@ -162,8 +162,9 @@ def _with_collectives(record: RankRecord) -> RankRecord:
     return dataclasses.replace(record, collectives=positions)
 
 
-def finish(status: int) -> None:
-    """End the rank like an interpreter would (threads joined, ``atexit`` run), but never return to the server."""
+def finish(status: int, report_fd: Optional[int] = None) -> None:
+    """End the rank like an interpreter would (threads joined, ``atexit`` run), but never return to the server;
+    ``report_fd``: the server's pipe for what this rank imported (``learned_imports``)."""
     try:
         rank_hooks.end()  # before the threads are joined: a hook may still need its background threads
         shutdown_threads = getattr(threading, "_shutdown", None)
@@ -173,12 +174,13 @@ def finish(status: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
+        learned_imports.report(report_fd)
     finally:
         os._exit(status)
 
 
-def run(call_dir: str, rank: int) -> None:
-    """Run one rank to completion and exit the process."""
+def run(call_dir: str, rank: int, report_fd: Optional[int] = None) -> None:
+    """Run one rank to completion and exit the process; ``report_fd``: see :func:`finish`."""
     faulthandler.enable()
     files = CallFiles(call_dir)
     setup: Optional[RankSetup] = None
@@ -199,7 +201,7 @@ def run(call_dir: str, rank: int) -> None:
     except BaseException as error:  # noqa: BLE001 - setup failed: report it like a raised exception
         record = _failure(OutcomeKind.RAISED, error)
         write_value_file(record, files.result(rank))
-    finish(status)
+    finish(status, report_fd)
 
 
 def main() -> None:

@@ -21,6 +21,8 @@ attached where noted.
 * server → caller ``{"op": "exit", "pid", "status"}`` whenever a child ends (status as ``Popen.returncode``).
 * server → caller ``{"op": "ready", "pid", "problems"}`` once preloading is done; ``problems`` lists modules that
   could not be preloaded (the server's own stderr goes nowhere, so as not to hold the caller's stderr open).
+* rank → server, on a pipe of the server's that forked ranks inherit: a line naming what the rank imported of
+  torch's costly lazy parts (``learned_imports``); the server imports them for later calls' ranks.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
+from databricks.air._engine.learned_imports import LearnedImports
 from databricks.air._engine.processes import die_with_parent, kill_group, listen, python_command
 from databricks.air._switches import switched_off
 
@@ -87,50 +90,65 @@ class RankServer:
         interpreters."""
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, None)
+        self.learned = LearnedImports()
+        """What the ranks imported that this server has not: imported when idle, for later calls' ranks."""
+        self.selector.register(self.learned.read_fd, selectors.EVENT_READ, self.learned)
         self.children: Dict[int, int] = {}  # pidfd -> pid
         self.call_dirs: Set[str] = set()
         self.pid = os.getpid()
+        self.deferred: List[str] = []
+        """Modules to import once idle (``serve``)."""
+        self.served_a_call = False
 
     # --- the loop ------------------------------------------------------------------------------------------------
 
     def serve(self, problems: List[str], deferred: List[str], call_coming: bool = False) -> None:
-        """Answer requests until the caller goes; ``deferred`` modules are imported the first time it is idle:
-        after half a second without a request, or as soon as the first call's processes have all ended (calls in a
-        loop never leave it half a second: the second call's request then waits for the import, its ranks start
-        with them loaded).
+        """Answer requests until the caller goes.
+
+        Modules to import later, the ``deferred`` ones and those the ranks turn out to use (``learned_imports``),
+        are imported when the server is idle (half a second with no rank running and no request), or just before
+        it forks a later call's ranks (calls in a loop leave it no idle time: that call's ranks then start with
+        them loaded). Never as soon as a call's ranks end: a script that makes one call and exits would pay for an
+        import (seconds of CPU time for MLflow and its store) that no rank uses.
 
         ``call_coming``: the server was started for a call that is getting ready (opening its MLflow run, say), so
         the time before its first request is not idle time: an import begun then would hold that call's ranks back
-        for its whole length (about a second for MLflow and its store, more under load). Its ranks start first, and
-        the deferred modules come once they have ended."""
+        for its whole length (about a second for MLflow and its store, more under load). That call's ranks start
+        without them."""
+        self.deferred = list(deferred)
         try:
             send(self.control, {"op": "ready", "pid": self.pid, "problems": problems})
         except OSError:
             pass  # the caller is gone already; read what it sent (call directories to remove), then EOF
         try:
             while True:
-                idle = deferred and not self.children and not call_coming
+                idle = self._imports_pending() and not self.children and not call_coming
                 ready = self.selector.select(_IDLE_SECONDS if idle else None)
                 for key, _ in ready:
                     if key.data is None:
                         if not self._handle_request():
                             return
+                    elif key.data is self.learned:
+                        self.learned.read()
                     else:
                         self._reap(key.fd)
                 if self.children:
                     call_coming = False  # the call's ranks (or its store) run: what comes next is idle time
-                if (
-                    deferred
-                    and not self.children
-                    and not call_coming
-                    and (not ready or any(key.data is not None for key, _ in ready))
-                ):
-                    _import_all(deferred)  # nothing running, nothing asked: later ranks start with these loaded
-                    self.fork_safe = self.fork_safe and not rank_readers_loaded()
-                    deferred = []
+                if idle and not ready:  # half a second with nothing to do
+                    self._import_pending()
         finally:
             self.kill_all()
             self.remove_call_dirs()
+
+    def _imports_pending(self) -> bool:
+        return bool(self.deferred or self.learned.pending)
+
+    def _import_pending(self) -> None:
+        """Import the deferred and the learned modules: later ranks start with them loaded."""
+        _import_all(self.deferred)
+        self.deferred = []
+        self.learned.import_pending()
+        self.fork_safe = self.fork_safe and not rank_readers_loaded()
 
     def _handle_request(self) -> bool:
         try:
@@ -151,6 +169,11 @@ class RankServer:
 
     def _answer(self, op: str, message: dict, fds: List[int]) -> bool:
         if op == "spawn":
+            if self.served_a_call:
+                # What is pending comes first (calls in a loop leave the server no idle time): this call's ranks
+                # then start with it loaded rather than each importing it.
+                self._import_pending()
+            self.served_a_call = True
             try:
                 pids = self._spawn_ranks(message["call_dir"], message["ranks"], message["exec"], fds)
             except OSError as error:  # fork failed: out of memory or process limit
@@ -219,6 +242,7 @@ class RankServer:
             os.close(pidfd)
         self.children.clear()
         self.control.close()
+        self.learned.close_in_rank()
 
     def _spawn_ranks(self, call_dir: str, ranks: List[int], exec_fresh: bool, fds: List[int]) -> List[int]:
         pids: List[int] = []
@@ -251,7 +275,7 @@ class RankServer:
 
                 if exec_fresh or not self.fork_safe:
                     os.execv(sys.executable, python_command(rank_module.__name__, [call_dir, str(rank)]))
-                rank_module.run(call_dir, rank)
+                rank_module.run(call_dir, rank, self.learned.write_fd)
             finally:
                 os._exit(1)
         self._watch(pid)

@@ -41,6 +41,14 @@ _STARTUP_VARIABLE_PREFIXES = (
     "PYTORCH_",
     "CUDA_",
     "NCCL_",
+    # Read when torch._dynamo and inductor's configuration are imported, which a server does once its ranks use
+    # them (learned_imports).
+    "TORCHDYNAMO_",
+    "TORCHINDUCTOR_",
+    "INDUCTOR_",
+    "AOT_INDUCTOR_",
+    "AOTINDUCTOR_",
+    "TRITON_",
     _variables.PRELOAD,
     _variables.MLFLOW,
 )
