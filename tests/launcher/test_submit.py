@@ -112,10 +112,11 @@ def test_cancel_of_a_running_call_leaves_no_process_and_a_killed_run(store: str,
 
 
 @pytest.mark.slow
-def test_as_completed_over_eight_calls() -> None:
-    calls = [cpu1(_square).submit(x) for x in range(8)]
+def test_as_completed_over_four_calls() -> None:
+    # Four, not a node's eight: each call at once holds a rank server of its own (an interpreter importing torch).
+    calls = [cpu1(_square).submit(x) for x in range(4)]
     got = sorted(call.result()[0] for call in concurrent.futures.as_completed(calls, timeout=180))
-    assert got == [x * x for x in range(8)]
+    assert got == [x * x for x in range(4)]
     done: List[Any] = []
     calls[0].add_done_callback(done.append)
     assert done == [calls[0]]
