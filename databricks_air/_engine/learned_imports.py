@@ -24,6 +24,8 @@ import os
 import sys
 from typing import List, Optional, Set
 
+from databricks.air._engine.frozen_imports import frozen_imports
+
 WORTH_PRELOADING = (
     "torch._dynamo",
     "torch.distributed.fsdp",
@@ -78,12 +80,13 @@ class LearnedImports:
 
     def import_pending(self) -> None:
         """Import what ranks used (each at most once: a module that fails here is left to the ranks)."""
-        for name in sorted(self.pending):
-            self._tried.add(name)
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - a rank that needs it imports it itself and sees the real error
-                pass
+        with frozen_imports():
+            for name in sorted(self.pending):
+                self._tried.add(name)
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001 - a rank that needs it imports it itself and sees the real error
+                    pass
         self.pending.clear()
 
     def close_in_rank(self) -> None:

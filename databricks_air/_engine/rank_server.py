@@ -27,6 +27,7 @@ attached where noted.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import os
@@ -40,6 +41,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
+from databricks.air._engine.frozen_imports import frozen_imports
 from databricks.air._engine.learned_imports import LearnedImports
 from databricks.air._engine.processes import die_with_parent, kill_group, listen, python_command
 from databricks.air._switches import switched_off
@@ -245,6 +247,7 @@ class RankServer:
         self.learned.close_in_rank()
 
     def _spawn_ranks(self, call_dir: str, ranks: List[int], exec_fresh: bool, fds: List[int]) -> List[int]:
+        gc.freeze()  # what this server made since its imports, too: the ranks' collections never walk it
         pids: List[int] = []
         try:
             for index, rank in enumerate(ranks):
@@ -384,12 +387,15 @@ def deferred_preloads() -> List[str]:
 
 
 def _import_all(modules: List[str]) -> List[str]:
+    """Import ``modules`` for the rest of the server's life (:func:`frozen_imports`); what could not be imported,
+    and why."""
     problems = []
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001
-            problems.append(f"could not preload {name}: {type(error).__name__}: {error}")
+    with frozen_imports():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # noqa: BLE001
+                problems.append(f"could not preload {name}: {type(error).__name__}: {error}")
     return problems
 
 

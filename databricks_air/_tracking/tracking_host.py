@@ -70,10 +70,12 @@ def main() -> None:
     lock = take_lock(folder)
     if lock is None:
         return  # another host runs, or is starting
+    from databricks.air._engine.frozen_imports import frozen_imports
     from databricks.air._tracking import warmup
 
-    warmup.start(open_store=False, hosted=False)
-    warmup.wait(None)
+    with frozen_imports():  # this process is ours alone, and MLflow is what it keeps
+        warmup.start(open_store=False, hosted=False)
+        warmup.wait(None)
     if not warmup.imported():
         print("databricks.air tracking host: MLflow could not be imported; calls import it themselves", file=sys.stderr)
         return
