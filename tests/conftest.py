@@ -6,6 +6,7 @@ since the sub-folders (``data/``, ``ray/``) have conftest modules of their own.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -36,6 +37,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # thousand fresh interpreters, and each would compile this package's modules again (60 ms of CPU time each).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Collecting imported torch, MLflow, Ray's client and libcst: hundreds of thousands of objects that live as long
+    # as this process. Frozen, every later full collection of the garbage collector skips them, as a rank server's
+    # ranks skip the server's (databricks_air/_engine/frozen_imports.py).
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -393,7 +393,9 @@ def test_the_main_threads_imports_during_the_warm_up_succeed(statement: str, tmp
         """
     )
     env = clean_env(DATABRICKS_AIR_MLFLOW="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    delays = ("0", "0.02", "0.2")  # each in a fresh interpreter of its own, at once: both cores work
+    # Each in a fresh interpreter of its own, at once: both cores work. At 0 s the two imports start together, at
+    # 0.2 s this one meets MLflow half imported (each interpreter imports MLflow: seconds of CPU time).
+    delays = ("0", "0.2")
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", code, delay], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
