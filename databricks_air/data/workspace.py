@@ -1,10 +1,10 @@
 """A private local folder per iterating process: the file cache and the DataLoader's control block live there.
 
 Each folder is ``<root>/ws-<pid>-<random>``, so two jobs on one host never share one. Its owner holds an
-exclusive ``flock`` on ``owner.lock`` for as long as it lives (forked DataLoader workers inherit the lock), and
-removes the folder when it exits normally or when the dataset is garbage-collected. A folder left by a process that
-was killed is found by the next :meth:`Workspace.create` under the same root: its lock can be taken, so its owner
-is gone, and the folder is removed.
+exclusive ``flock`` on ``owner.lock`` for as long as it lives (taken before the file has that name; forked
+DataLoader workers inherit the lock), and removes the folder when it exits normally or when the dataset is
+garbage-collected. A folder left by a process that was killed is found by the next :meth:`Workspace.create` under
+the same root: its lock can be taken, so its owner is gone, and the folder is removed.
 
 The root is ``cache_dir=``, else ``DATABRICKS_AIR_DATA_CACHE_DIR``, else ``<temp dir>/databricks-air-data``.
 """
@@ -55,8 +55,13 @@ class Workspace:
             ) from error
         reclaim_abandoned(root)
         path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=root)
-        descriptor = os.open(os.path.join(path, _LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        # The lock is taken under another name, then renamed into place: another process's reclaim_abandoned that
+        # finds owner.lock finds it locked, never in the moment between its creation and this flock (it would take
+        # the lock itself and remove the folder from under its new owner).
+        taking = os.path.join(path, _LOCK_NAME + ".new")
+        descriptor = os.open(taking, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+        os.rename(taking, os.path.join(path, _LOCK_NAME))
         workspace = cls(path, os.getpid())
         workspace._finalizer = weakref.finalize(workspace, _remove, path, os.getpid(), descriptor)
         return workspace

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -225,6 +226,29 @@ def test_e4_e5_a_killed_run_leaves_no_final_file_and_the_next_run_reclaims_its_f
     finals = [p for p in (workspace / "files").rglob("*") if not p.name.startswith(".")]
     assert finals == []  # the copy in progress was an unnamed file (or, without O_TMPFILE, a hidden one)
     assert reclaim_abandoned(str(_private_cache_root)) == 1
+    assert not workspace.exists()
+
+
+def test_a_workspace_being_made_is_never_taken_for_an_abandoned_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's sweep (its own ``Workspace.create``) at the worst moment: after this one's lock file exists,
+    before it is locked. It used to take that lock itself and remove the new folder (a rank then failed with
+    ``FileNotFoundError`` on its ``control`` file)."""
+    real_flock = fcntl.flock
+    swept: List[int] = []
+
+    def flock_after_a_sweep(descriptor: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX and not swept:  # the new owner's own lock, about to be taken
+            swept.append(reclaim_abandoned(str(tmp_path)))
+        real_flock(descriptor, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_sweep)
+    workspace = Workspace.create(str(tmp_path))
+    assert swept == [0] and workspace.exists()
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert reclaim_abandoned(str(tmp_path)) == 0  # locked by its owner, this process
+    workspace.close()
     assert not workspace.exists()
 
 
