@@ -27,7 +27,6 @@ attached where noted.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import importlib.util
 import os
@@ -247,7 +246,6 @@ class RankServer:
         self.learned.close_in_rank()
 
     def _spawn_ranks(self, call_dir: str, ranks: List[int], exec_fresh: bool, fds: List[int]) -> List[int]:
-        gc.freeze()  # what this server made since its imports, too: the ranks' collections never walk it
         pids: List[int] = []
         try:
             for index, rank in enumerate(ranks):
