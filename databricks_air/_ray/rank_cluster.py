@@ -200,6 +200,11 @@ class RayNode:
                 *role,
             ]
         environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+        if join is None and _is_loopback(node_ip):
+            # A head for the ranks of one machine: Ray's single-machine setting keeps its servers (GCS, raylet,
+            # agents, workers) on 127.0.0.1, as ray_init's does; without it they listen on every interface, whatever
+            # --node-ip-address says, and take requests, code included, from whoever reaches them.
+            environ[session.SINGLE_MACHINE_VARIABLE] = "0"
         log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
         try:
             process = subprocess.Popen(command, env=environ, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -260,12 +265,15 @@ def _joins_over_loopback(head_address: str) -> bool:
     (a head anywhere else always takes ``ray start``, which then says why it cannot join)."""
     from ray._private import ray_constants
 
-    host = head_address.rpartition(":")[0].strip("[]")
+    return _is_loopback(head_address.rpartition(":")[0]) and not ray_constants.ENABLE_RAY_CLUSTER
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = host == "localhost"
-    return loopback and not ray_constants.ENABLE_RAY_CLUSTER
+        return host == "localhost"
 
 
 def _own_ip(head_address: str) -> str:

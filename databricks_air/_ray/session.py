@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import ipaddress
 import logging
 import os
 import socket
@@ -30,7 +31,7 @@ from databricks.air._notices import PREFIX, notice
 
 ADDRESS_VARIABLE = "RAY_ADDRESS"
 LOCAL_DASHBOARD_HOST = LOOPBACK
-_SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+SINGLE_MACHINE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _REACH_SECONDS = 5.0
 _CLIENT_SCHEME = "ray://"
 
@@ -42,8 +43,12 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
     if address:
         check_reachable(str(address), "address" if kwargs.get("address") or args else ADDRESS_VARIABLE)
     starts_local = str(address or "local") == "local" and not kwargs.get("_node_ip_address")
+    # A cluster on this machine's loopback (ray_launch's head for the ranks of one machine) is reached there: left
+    # alone, Ray would rewrite 127.0.0.1 to the machine's interface address, where nothing of it listens.
+    on_loopback = starts_local or _is_loopback_address(str(address or ""))
+    if on_loopback and not kwargs.get("_node_ip_address"):
+        kwargs["_node_ip_address"] = LOOPBACK  # this driver's node: the one on loopback, not the interface's
     if starts_local:
-        kwargs["_node_ip_address"] = LOOPBACK
         if not kwargs.get("_temp_dir") and not os.environ.get("RAY_TMPDIR"):
             kwargs["_temp_dir"] = private_temp_dir()
     if not str(address or "").startswith(_CLIENT_SCHEME):  # Ray Client takes no dashboard arguments
@@ -55,7 +60,7 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
     # its internals; what a user needs of them is said once below. logging_level=logging.INFO brings them back.
     kwargs.setdefault("logging_level", logging.WARNING)
     try:
-        with _without_rays_dashboard_line(), _on_loopback(starts_local):
+        with _without_rays_dashboard_line(), _on_loopback(on_loopback):
             context = ray.init(*args, **kwargs)
     except ValueError as error:
         if working_dir and "exceeds the maximum size" in str(error):
@@ -71,6 +76,17 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
         )
     show_dashboard(getattr(context, "dashboard_url", None))
     return context
+
+
+def _is_loopback_address(address: str) -> bool:
+    """Whether ``address`` (``HOST:PORT`` of a GCS, not a ``ray://`` client address) is on loopback."""
+    if "://" in address:
+        return False
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def private_temp_dir() -> str:
@@ -98,18 +114,18 @@ def _on_loopback(local: bool) -> Iterator[None]:
         return
     from ray._private import ray_constants
 
-    before_variable = os.environ.get(_SINGLE_MACHINE_VARIABLE)
+    before_variable = os.environ.get(SINGLE_MACHINE_VARIABLE)
     before_constant = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
-    os.environ[_SINGLE_MACHINE_VARIABLE] = "0"
+    os.environ[SINGLE_MACHINE_VARIABLE] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = before_constant
         if before_variable is None:
-            os.environ.pop(_SINGLE_MACHINE_VARIABLE, None)
+            os.environ.pop(SINGLE_MACHINE_VARIABLE, None)
         else:
-            os.environ[_SINGLE_MACHINE_VARIABLE] = before_variable
+            os.environ[SINGLE_MACHINE_VARIABLE] = before_variable
 
 
 def ensure_connected() -> None:

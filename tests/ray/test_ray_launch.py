@@ -51,6 +51,61 @@ def test_rank_0_drives_a_ray_job_on_the_cluster_of_the_ranks(monkeypatch: pytest
     assert wait_until(lambda: not processes_with_marker(marker), 20), processes_with_marker(marker)
 
 
+LISTENERS_OF_A_LAUNCHED_CLUSTER = """
+import json
+from databricks.air.ray import ray_launch
+
+@ray_launch(num_accelerators=1, accelerator_type="CPU", timeout=300)
+def listeners():
+    import os, psutil, ray
+    ray.get(ray.remote(lambda: 1).remote())  # a worker process too
+    marker = os.environ["AIR_LISTEN_TEST"]
+    ours = {}
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("AIR_LISTEN_TEST") == marker:
+                ours[process.pid] = process.name()
+        except psutil.Error:
+            pass
+    return sorted({(ours[c.pid], c.laddr.ip) for c in psutil.net_connections("inet")
+                   if c.status == psutil.CONN_LISTEN and c.pid in ours})
+
+print(json.dumps(listeners.distributed()[0]))
+"""
+
+
+@pytest.mark.slow
+def test_the_cluster_of_a_calls_ranks_on_one_machine_listens_on_loopback_only(tmp_path: Path) -> None:
+    """Started from a process without the Ray tests' loopback settings (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``), as a
+    user's script is: every listening socket of the head's processes (those that inherited this test's marker) is
+    on 127.0.0.1, read with psutil (nothing connects elsewhere). Its GCS, raylet and workers listened on every
+    interface (found by sampling ``ss`` while the scaling page's example ran)."""
+    import json
+    import os
+    import uuid
+
+    drop = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_TMPDIR", "RAY_ADDRESS", "AIR_TEST_MARKER")
+    environ = {k: v for k, v in os.environ.items() if k not in drop}
+    environ.update(
+        AIR_LISTEN_TEST=uuid.uuid4().hex,
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_AUTH_MODE="disabled",
+        DATABRICKS_AIR_MLFLOW="0",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", LISTENERS_OF_A_LAUNCHED_CLUSTER],
+        cwd=tmp_path,
+        env=environ,
+        text=True,
+        capture_output=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"gcs_server", "raylet"} <= {name for name, _ in found}, found
+    assert {address for _, address in found} <= {"127.0.0.1", "::ffff:127.0.0.1"}, found
+
+
 def where_tasks_run() -> dict:
     import os
 
