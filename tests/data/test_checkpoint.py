@@ -258,8 +258,14 @@ def test_i6_data_files_of_a_larger_earlier_save_are_removed(tmp_path: Path) -> N
     assert sorted(os.listdir(tmp_path)) == [".checksums.json", ".metadata", "__0_0.distcp", "notes.txt"]
 
 
-def test_i9_five_saves_through_one_writer_leave_no_scratch_anywhere(tmp_path: Path) -> None:
-    scratch = Path(tempfile.gettempdir())
+def test_i9_five_saves_through_one_writer_leave_no_scratch_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temporary folder of this test's own: the shared one also holds what other tests make meanwhile.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))
     before = set(os.listdir(scratch))
     writer = UCVolumeWriter(tmp_path / "ckpt")
     for step in range(5):
