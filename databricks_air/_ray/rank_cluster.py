@@ -16,7 +16,6 @@ and the dashboard listens on 127.0.0.1. Machines find the head through the call'
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
 import re
 import shutil
@@ -200,7 +199,7 @@ class RayNode:
                 *role,
             ]
         environ = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-        if join is None and _is_loopback(node_ip):
+        if join is None and session.is_loopback_host(node_ip):
             # A head for the ranks of one machine: Ray's single-machine setting keeps its servers (GCS, raylet,
             # agents, workers) on 127.0.0.1, as ray_init's does; without it they listen on every interface, whatever
             # --node-ip-address says, and take requests, code included, from whoever reaches them.
@@ -265,15 +264,7 @@ def _joins_over_loopback(head_address: str) -> bool:
     (a head anywhere else always takes ``ray start``, which then says why it cannot join)."""
     from ray._private import ray_constants
 
-    return _is_loopback(head_address.rpartition(":")[0]) and not ray_constants.ENABLE_RAY_CLUSTER
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+    return session.is_loopback_host(head_address.rpartition(":")[0]) and not ray_constants.ENABLE_RAY_CLUSTER
 
 
 def _own_ip(head_address: str) -> str:

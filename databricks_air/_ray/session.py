@@ -80,9 +80,12 @@ def ray_init(*args: Any, **kwargs: Any) -> Any:
 
 def _is_loopback_address(address: str) -> bool:
     """Whether ``address`` (``HOST:PORT`` of a GCS, not a ``ray://`` client address) is on loopback."""
-    if "://" in address:
-        return False
-    host = address.rpartition(":")[0].strip("[]")
+    return "://" not in address and is_loopback_host(address.rpartition(":")[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (an address, bracketed or not, or ``localhost``) is this machine's loopback."""
+    host = host.strip("[]")
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
