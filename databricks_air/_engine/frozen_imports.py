@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator
+import importlib
+import sys
+from typing import Iterable, Iterator, List
 
 
 @contextlib.contextmanager
@@ -28,3 +30,19 @@ def frozen_imports() -> Iterator[None]:
         gc.freeze()
         if collecting:
             gc.enable()
+
+
+def import_for_life(modules: Iterable[str]) -> List[str]:
+    """Import ``modules`` for the rest of the process's life, inside :func:`frozen_imports`; what could not be
+    imported, and why. Those imported already are left alone, and with none left nothing is paused or frozen."""
+    missing = [name for name in modules if name not in sys.modules]
+    problems: List[str] = []
+    if not missing:
+        return problems
+    with frozen_imports():
+        for name in missing:
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # noqa: BLE001 - said to the caller; whoever needs it sees the error again
+                problems.append(f"could not preload {name}: {type(error).__name__}: {error}")
+    return problems

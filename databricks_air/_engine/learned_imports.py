@@ -19,12 +19,11 @@ of its own. None of them reads the rank, starts a thread or touches CUDA when im
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import sys
 from typing import List, Optional, Set
 
-from databricks.air._engine.frozen_imports import frozen_imports
+from databricks.air._engine.frozen_imports import import_for_life
 
 WORTH_PRELOADING = (
     "torch._dynamo",
@@ -80,13 +79,8 @@ class LearnedImports:
 
     def import_pending(self) -> None:
         """Import what ranks used (each at most once: a module that fails here is left to the ranks)."""
-        with frozen_imports():
-            for name in sorted(self.pending):
-                self._tried.add(name)
-                try:
-                    importlib.import_module(name)
-                except Exception:  # noqa: BLE001 - a rank that needs it imports it itself and sees the real error
-                    pass
+        self._tried |= self.pending
+        import_for_life(sorted(self.pending))  # a module that fails here: a rank that needs it sees the error
         self.pending.clear()
 
     def close_in_rank(self) -> None:

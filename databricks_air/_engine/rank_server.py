@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from databricks.air import _variables
 from databricks.air._engine.call_files import CALL_DIR_PREFIX
-from databricks.air._engine.frozen_imports import frozen_imports
+from databricks.air._engine.frozen_imports import import_for_life
 from databricks.air._engine.learned_imports import LearnedImports
 from databricks.air._engine.processes import die_with_parent, kill_group, listen, python_command
 from databricks.air._switches import switched_off
@@ -146,7 +146,7 @@ class RankServer:
 
     def _import_pending(self) -> None:
         """Import the deferred and the learned modules: later ranks start with them loaded."""
-        _import_all(self.deferred)
+        import_for_life(self.deferred)
         self.deferred = []
         self.learned.import_pending()
         self.fork_safe = self.fork_safe and not rank_readers_loaded()
@@ -358,7 +358,7 @@ def preload() -> Tuple[List[str], bool]:
             )
         elif name:
             modules.append(name)
-    problems += _import_all(modules)
+    problems += import_for_life(modules)
     loaded = rank_readers_loaded()
     if loaded:
         problems.append(
@@ -382,19 +382,6 @@ def deferred_preloads() -> List[str]:
     return (
         ["mlflow", "mlflow.store.tracking.sqlalchemy_store"] if importlib.util.find_spec("sqlalchemy") else ["mlflow"]
     )
-
-
-def _import_all(modules: List[str]) -> List[str]:
-    """Import ``modules`` for the rest of the server's life (:func:`frozen_imports`); what could not be imported,
-    and why."""
-    problems = []
-    with frozen_imports():
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # noqa: BLE001
-                problems.append(f"could not preload {name}: {type(error).__name__}: {error}")
-    return problems
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Dict, List, Optional
 
 from databricks.air import _settings
-from databricks.air._engine.frozen_imports import frozen_imports
+from databricks.air._engine.frozen_imports import import_for_life
 from databricks.air._tracking import call_run
 from databricks.air.workloads import statuses
 from databricks.air.workloads.run_state import RunSpec
@@ -61,8 +61,8 @@ class TrackedAttempt:
     ) -> "TrackedAttempt":
         """Create the run (``RuntimeConfigurationError`` when the store cannot be reached), linked to the previous
         attempt's run (``previous_run_id``) both ways."""
-        with frozen_imports():  # the supervisor keeps MLflow to its end
-            import mlflow
+        import_for_life(["mlflow"])  # the supervisor keeps MLflow to its end
+        import mlflow
 
         os.environ["MLFLOW_EXPERIMENT_NAME"] = experiment_name(spec, mlflow.get_tracking_uri())
         os.environ.pop("MLFLOW_EXPERIMENT_ID", None)

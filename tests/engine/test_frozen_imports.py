@@ -11,7 +11,7 @@ from typing import Tuple
 import pytest
 
 from databricks.air import distributed
-from databricks.air._engine.frozen_imports import frozen_imports
+from databricks.air._engine.frozen_imports import frozen_imports, import_for_life
 
 cpu2 = distributed(num_accelerators=2, accelerator_type="CPU", timeout=180)
 
@@ -51,6 +51,19 @@ def test_the_block_runs_with_the_collector_paused_and_what_exists_is_frozen_afte
         gc.enable()
         if frozen_before == 0:
             gc.unfreeze()  # this test process's objects go back to the collector
+
+
+def test_imports_for_life_say_what_failed_and_leave_the_collector_alone_when_all_are_loaded() -> None:
+    frozen_before = gc.get_freeze_count()
+    assert import_for_life(["json", "gc"]) == []  # imported already: nothing paused, nothing frozen
+    assert gc.get_freeze_count() == frozen_before and gc.isenabled()
+    try:
+        (problem,) = import_for_life(["json", "air_test_no_such_module"])
+        assert problem.startswith("could not preload air_test_no_such_module: ModuleNotFoundError")
+        assert gc.isenabled()
+    finally:
+        if frozen_before == 0:
+            gc.unfreeze()
 
 
 def test_ranks_start_with_the_collector_on_and_the_servers_preloaded_modules_frozen() -> None:
