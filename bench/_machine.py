@@ -34,3 +34,10 @@ def machine() -> Dict[str, str]:
         "torch": torch_version,
         "load avg": " ".join(f"{x:.2f}" for x in os.getloadavg()) + "  (1/5/15 min, at start)",
     }
+
+
+def print_machine() -> None:
+    """Print :func:`machine`, one line each, then a blank line: the head of every benchmark's report."""
+    for key, value in machine().items():
+        print(f"  {key:<11} {value}")
+    print()

@@ -29,6 +29,7 @@ Nothing asserts on time; it prints a table and PASS/MISS. It exits non-zero only
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import shutil
@@ -42,6 +43,7 @@ from typing import Callable, List, Set
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _machine
+from _report import median_row
 
 THREADS = 4
 ROUNDS = 5
@@ -127,8 +129,7 @@ def quietly(action: Callable[[], float], log: io.StringIO) -> float:
         sys.stderr = stderr
 
 
-def row(label: str, values: List[float]) -> str:
-    return f"  {label:<58} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
+row = functools.partial(median_row, width=58)
 
 
 def main() -> None:
@@ -141,9 +142,7 @@ def main() -> None:
     os.environ["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
     os.environ.pop("DATABRICKS_AIR_START_METHOD", None)
     print(f"bench/concurrent_warm_calls.py: {THREADS} warm 1-rank calls at once, against one after another (seconds)\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
 
     from databricks.air import distributed
 

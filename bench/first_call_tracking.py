@@ -205,9 +205,7 @@ def main() -> None:
     options = parser.parse_args()
 
     print("First call with MLflow tracking (bench/first_call_tracking.py)")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
     scratch = tempfile.mkdtemp(prefix="air-bench-first-call-")
     try:
         base = dict(os.environ)

@@ -26,6 +26,7 @@ Run: ``.venv/bin/python bench/large_results.py``  (about half a minute on 2 vCPU
 
 from __future__ import annotations
 
+import functools
 import gc
 import glob
 import os
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import time
 import _machine  # bench/_machine.py: this directory is on sys.path when a script runs
+from _report import median_row
 from typing import Dict, List
 
 import torch
@@ -118,8 +120,7 @@ def anchor() -> List[float]:
     return times
 
 
-def row(label: str, values: List[float]) -> str:
-    return f"  {label:<50} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
+row = functools.partial(median_row, width=50)
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ script prints a table and PASS/MISS per target. It exits non-zero only if a subp
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import _machine  # bench/_machine.py: this directory is on sys.path when a script runs
+from _report import median_row, verdict
 from typing import Dict, List, Sequence
 
 PYTHON = sys.executable
@@ -147,12 +149,6 @@ if __name__ == "__main__":
         json.dump(result, stream)
 """
 )
-
-
-def print_machine() -> None:
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
 
 
 def run(argv: Sequence[str], env: Dict[str, str] = None, what: str = "") -> subprocess.CompletedProcess:
@@ -275,17 +271,12 @@ def measure_torchrun(workdir: str) -> List[float]:
     return times
 
 
-def row(label: str, values: Sequence[float]) -> str:
-    return f"  {label:<56} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
+row = functools.partial(median_row, width=56)
 
 
 def main() -> None:
     print("bench/launch_latency.py: launch latency of a 2-rank gloo all_reduce job (seconds)\n")
-    print_machine()
+    _machine.print_machine()
     bench_start = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="air-bench-launch-")
     LOG_DIR["DATABRICKS_AIR_LOG_DIR"] = os.path.join(workdir, "logs")  # same file system as the default; removed

@@ -300,9 +300,7 @@ def main() -> None:
     sizes = [int(s) for s in options.samples.split(",")]
 
     print("bench/metrics_logging.py: per-step MLflow logging on 2 CPU ranks, the seed example, default settings\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="air-bench-metrics-")
     complete = True

@@ -28,6 +28,7 @@ Nothing asserts on time; it prints a table and PASS/MISS. It exits non-zero only
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pickle
 import shutil
@@ -41,6 +42,7 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _machine
+from _report import median_row, verdict
 
 RANKS = 2
 ROUNDS = 5
@@ -93,12 +95,7 @@ def in_fresh_interpreter() -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def row(label: str, values: List[float]) -> str:
-    return f"  {label:<62} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
-
-
-def _verdict(met: bool) -> str:
-    return "PASS" if met else "MISS"
+row = functools.partial(median_row, width=62)
 
 
 def main() -> None:
@@ -111,9 +108,7 @@ def main() -> None:
     os.environ["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
     os.environ.pop("DATABRICKS_AIR_START_METHOD", None)
     print(f"bench/rank_gc.py: CPU seconds of {WORK:,} small objects made and kept, by where it runs\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
 
     import importlib
 
@@ -144,8 +139,8 @@ def main() -> None:
     print()
     a, b, c = (statistics.median(times[key]) for key in "abc")
     print("  figures (medians)                                        value   target")
-    print(f"  rank / unfrozen fork       (a / b)                    {a / b:>8.3f}    <= 0.5   {_verdict(a / b <= 0.5)}")
-    print(f"  rank / fresh interpreter   (a / c)                    {a / c:>8.3f}    <= 0.5   {_verdict(a / c <= 0.5)}")
+    print(f"  rank / unfrozen fork       (a / b)                    {a / b:>8.3f}    <= 0.5   {verdict(a / b <= 0.5)}")
+    print(f"  rank / fresh interpreter   (a / c)                    {a / c:>8.3f}    <= 0.5   {verdict(a / c <= 0.5)}")
     print(f"\n  benchmark took {time.perf_counter() - bench_start:.0f} s")
 
 

@@ -74,9 +74,7 @@ def run(argv: Sequence[str], what: str) -> float:
 
 def main() -> None:
     print("air run --backend ray --watch against ray job submit\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
     node = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "object_store_memory": 200 << 20}
     cluster = Cluster(
         initialize_head=True,

@@ -35,6 +35,7 @@ Nothing asserts on time; it prints a table and PASS/MISS. It exits non-zero if a
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import shutil
@@ -47,6 +48,7 @@ from typing import Callable, List, TypeVar
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _machine
+from _report import median_row
 
 ROUNDS = 7
 TARGET_SECONDS = 3.0
@@ -128,8 +130,7 @@ def restart(fn, scratch: str, index: int, log: io.StringIO, peer: str) -> float:
     return max(read_time(os.path.join(folder, f"start_1_{rank}")) for rank in (0, 1)) - died
 
 
-def row(label: str, values: List[float]) -> str:
-    return f"  {label:<72} {len(values):>3} {statistics.median(values):>7.3f} {min(values):>7.3f} {max(values):>7.3f}"
+row = functools.partial(median_row, width=72, digits=7)
 
 
 def main() -> None:
@@ -152,9 +153,7 @@ def main() -> None:
         "bench/restart_latency.py: from a rank's death to the restarted function's first line, 2 CPU ranks, "
         f"MLflow tracking {'on (SQLite)' if options.tracking else 'off'} (seconds)\n"
     )
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
 
     from databricks.air import distributed
 

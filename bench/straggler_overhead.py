@@ -143,9 +143,7 @@ def main() -> None:
     os.environ.setdefault("DATABRICKS_AIR_MLFLOW", "0")
     VARIANTS["every 5 s"] = str(FAST_SECONDS)
     print("bench/straggler_overhead.py: what the straggler watch costs\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
     figures: Dict[str, Any] = {}
     if args.only in (None, "ddp"):
         runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in VARIANTS}

@@ -27,6 +27,7 @@ Nothing asserts on time; it prints a table and PASS/MISS. It exits non-zero only
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import shutil
@@ -40,6 +41,7 @@ from typing import Callable, Dict, List
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _machine
+from _report import median_row, verdict
 
 RANKS = 2
 ROUNDS = 7
@@ -112,12 +114,7 @@ def checked(fn, expected: List[int]) -> Callable[[], None]:  # type: ignore[no-u
     return call
 
 
-def row(label: str, values: List[float]) -> str:
-    return f"  {label:<58} {len(values):>3} {statistics.median(values):>8.3f} {min(values):>8.3f} {max(values):>8.3f}"
-
-
-def _verdict(met: bool) -> str:
-    return "PASS" if met else "MISS"
+row = functools.partial(median_row, width=58)
 
 
 def main() -> None:
@@ -130,9 +127,7 @@ def main() -> None:
     os.environ["DATABRICKS_AIR_LOG_DIR"] = os.path.join(scratch, "logs")
     os.environ.pop("DATABRICKS_AIR_START_METHOD", None)
     print(f"bench/warm_ddp_calls.py: warm calls of {RANKS} CPU ranks that build DDP (seconds)\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
 
     from databricks.air import distributed
 
@@ -177,8 +172,8 @@ def main() -> None:
     a, b, c = (statistics.median(times[key]) for key in "abc")
     print("  figures (medians)                                         value   target")
     own, spawn = b - a, b / c
-    print(f"  DDP's own cost in a warm call  (b - a)                {own:>8.3f}    <= 0.3 s {_verdict(own <= 0.3)}")
-    print(f"  warm DDP call / mp.spawn       (b / c)                {spawn:>8.3f}    <= 0.5   {_verdict(spawn <= 0.5)}")
+    print(f"  DDP's own cost in a warm call  (b - a)                {own:>8.3f}    <= 0.3 s {verdict(own <= 0.3)}")
+    print(f"  warm DDP call / mp.spawn       (b / c)                {spawn:>8.3f}    <= 0.5   {verdict(spawn <= 0.5)}")
     print(f"  (b / a)                                               {b / a:>8.3f}")
     print(f"\n  benchmark took {time.perf_counter() - bench_start:.0f} s")
 

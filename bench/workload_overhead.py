@@ -106,9 +106,7 @@ def row(label: str, values: List[float]) -> str:
 
 def main() -> None:
     print("air run --watch: the overhead of the workload command\n")
-    for key, value in _machine.machine().items():
-        print(f"  {key:<11} {value}")
-    print()
+    _machine.print_machine()
     scratch = tempfile.mkdtemp(prefix="air-bench-")
     try:
         measure(scratch)
